@@ -1,0 +1,52 @@
+"""`rill` command line: `rill serve` starts a node."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import uvicorn
+
+from app.config import load_settings
+from app.server import create_app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rill", description="Rill durable streams server")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="start a node")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir", type=Path)
+    serve.add_argument("--config", type=Path, help="TOML file with settings")
+    serve.add_argument("--long-poll-timeout", type=float, help="seconds a long-poll waits (default 20)")
+    serve.add_argument("--max-body-bytes", type=int)
+    serve.add_argument("--access-log", action="store_true", default=None)
+    args = parser.parse_args(argv)
+
+    if args.command == "serve":
+        settings = load_settings(
+            args.config,
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            long_poll_timeout=args.long_poll_timeout,
+            max_body_bytes=args.max_body_bytes,
+            access_log=args.access_log,
+        )
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            loop="uvloop",
+            http="httptools",
+            access_log=settings.access_log,
+            log_level="info",
+            timeout_graceful_shutdown=5,
+        )
+
+
+if __name__ == "__main__":
+    main()

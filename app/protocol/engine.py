@@ -1,0 +1,114 @@
+"""The protocol's view of a node: submit commands through Raft, look up streams, renew TTLs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from app.protocol.errors import ProtocolError
+from app.protocol.live import Signals
+from app.raft.node import NotLeader, ProposalDropped, RaftNode
+from app.state_machine.commands import CollectExpired, Command, Outcome, Touch, encode_envelope
+from app.state_machine.machine import StateMachine
+from app.state_machine.records import StreamMeta
+
+log = logging.getLogger("rill.engine")
+
+
+@dataclass
+class Limits:
+    max_body_bytes: int = 64 * 1024 * 1024
+    read_chunk_bytes: int = 1024 * 1024
+    long_poll_seconds: float = 20.0
+    sse_max_seconds: float = 60.0
+    sse_ping_seconds: float = 15.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Engine:
+    def __init__(self, node: RaftNode, machine: StateMachine, signals: Signals, limits: Limits) -> None:
+        self.node = node
+        self.machine = machine
+        self.signals = signals
+        self.limits = limits
+        # Reads renew sliding TTLs here at once; the replicated renewal is rate-limited.
+        self._read_touches: dict[int, int] = {}
+        self._touching: set[int] = set()
+        self._background: set[asyncio.Task[object]] = set()
+
+    async def submit(self, command: Command) -> Outcome:
+        try:
+            return await self.node.propose(encode_envelope(now_ms(), command))
+        except NotLeader:
+            raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
+        except ProposalDropped:
+            raise ProtocolError(503, "retry", "leadership changed; retry the request", {"retry-after": "1"}) from None
+
+    def bucket_exists(self, bucket: str) -> bool:
+        return bucket in self.machine.buckets
+
+    def touched(self, sid: int) -> int:
+        return self._read_touches.get(sid, 0)
+
+    def find(self, bucket: str, name: str) -> StreamMeta:
+        """The live stream at (bucket, name), or a 404/410 ProtocolError."""
+        if bucket not in self.machine.buckets:
+            raise ProtocolError(404, "bucket_not_found", f"bucket {bucket!r} does not exist")
+        meta = self.machine.lookup(bucket, name)
+        if meta is None:
+            raise ProtocolError(404, "stream_not_found", "stream not found")
+        if meta.deleted:
+            raise ProtocolError(410, "stream_gone", "stream was deleted; forks still reference its data")
+        if meta.expired(now_ms(), self.touched(meta.sid)):
+            if meta.forks:
+                raise ProtocolError(410, "stream_gone", "stream expired; forks still reference its data")
+            raise ProtocolError(404, "stream_not_found", "stream not found")
+        return meta
+
+    def renew(self, meta: StreamMeta) -> None:
+        """A read renews a sliding TTL: locally now, replicated when a quarter of it has passed."""
+        if meta.ttl is None:
+            return
+        now = now_ms()
+        self._read_touches[meta.sid] = now
+        if now - meta.touched_at >= meta.ttl * 250 and meta.sid not in self._touching:
+            self._touching.add(meta.sid)
+            self._spawn(self._touch(meta))
+
+    async def _touch(self, meta: StreamMeta) -> None:
+        try:
+            await self.submit(Touch(meta.bucket, meta.name))
+        except ProtocolError:
+            pass
+        finally:
+            self._touching.discard(meta.sid)
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def collect_expired_forever(self, every_seconds: float = 1.0) -> None:
+        """Leader-side sweeper: replicates the removal of streams that expired."""
+        while True:
+            await asyncio.sleep(every_seconds)
+            if not self.node.is_leader:
+                continue
+            now = now_ms()
+            sids = [
+                m.sid
+                for m in list(self.machine.streams.values())
+                if not m.deleted and m.expired(now, self.touched(m.sid))
+            ]
+            for sid in sids:
+                self._read_touches.pop(sid, None)
+            if sids:
+                try:
+                    await self.submit(CollectExpired(sids[:1000]))
+                except ProtocolError:
+                    log.info("expiry sweep deferred: no leader")

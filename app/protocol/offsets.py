@@ -1,0 +1,36 @@
+"""Offset tokens: fixed-width `RRRRRRRRRRRRRRRR_PPPPPPPPPPPPPPPP`, lexicographically ordered.
+
+The second part is the byte position in the stream's record space; the first
+is reserved (always zero) so the format can grow without breaking order.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.protocol.errors import bad_request
+
+START = -1
+_TOKEN = re.compile(r"\d{16}_\d{16}")
+
+
+def format_offset(pos: int) -> str:
+    return f"0000000000000000_{pos:016d}"
+
+
+def parse_offset(token: str, tail: int) -> int:
+    """The position a client's `offset` means: `-1` is the start, `now` the tail."""
+    if token == "-1":
+        return 0
+    if token == "now":
+        return tail
+    if not _TOKEN.fullmatch(token):
+        raise bad_request("offset must be -1, now, or an offset the server issued", "invalid_offset")
+    return int(token[17:])
+
+
+def parse_position(token: str) -> int:
+    """A concrete offset (no sentinels), as in Stream-Fork-Offset."""
+    if not _TOKEN.fullmatch(token):
+        raise bad_request("malformed offset", "invalid_offset")
+    return int(token[17:])

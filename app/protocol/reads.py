@@ -1,0 +1,101 @@
+"""HEAD, catch-up GET and long-poll GET."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.protocol.cursor import next_cursor
+from app.protocol.engine import Engine, now_ms
+from app.protocol.errors import bad_request
+from app.protocol.headers import single_query
+from app.protocol.offsets import format_offset, parse_offset
+from app.protocol.responses import CACHE_PUBLIC, NO_STORE, etag, metadata_headers
+from app.protocol.target import StreamTarget
+from app.state_machine.reader import Chunk
+from app.state_machine.records import StreamMeta
+
+LIVE_MODES = (None, "long-poll", "sse")
+
+
+@dataclass
+class ReadRequest:
+    offset: str | None
+    live: str | None
+    cursor: str | None
+
+
+def parse_read(request: Request) -> ReadRequest:
+    params = request.query_params
+    offset = single_query(params, "offset")
+    live = single_query(params, "live")
+    if live not in LIVE_MODES:
+        raise bad_request("live must be long-poll or sse", "invalid_live")
+    if live is not None and offset is None:
+        raise bad_request("live reads need an offset", "missing_offset")
+    return ReadRequest(offset, live, single_query(params, "cursor"))
+
+
+def start_position(meta: StreamMeta, offset: str | None) -> int:
+    pos = parse_offset(offset if offset is not None else "-1", meta.tail)
+    if pos > meta.tail:
+        raise bad_request("offset is beyond the stream's tail", "offset_out_of_range")
+    return pos
+
+
+def checked_position(engine: Engine, meta: StreamMeta, offset: str | None) -> int:
+    pos = start_position(meta, offset)
+    if meta.json and not engine.machine.is_boundary(meta, pos):
+        raise bad_request("offset is not a message boundary", "invalid_offset")
+    return pos
+
+
+async def head(engine: Engine, request: Request, target: StreamTarget) -> Response:
+    meta = engine.find(target.bucket, target.name)
+    return Response(status_code=200, headers=metadata_headers(meta))
+
+
+def render_body(meta: StreamMeta, chunk: Chunk) -> bytes:
+    if meta.json:
+        return b"[" + b",".join(chunk.payloads) + b"]"
+    return b"".join(chunk.payloads)
+
+
+async def get(engine: Engine, request: Request, target: StreamTarget, read: ReadRequest) -> Response:
+    meta = engine.find(target.bucket, target.name)
+    pos = checked_position(engine, meta, read.offset)
+    engine.renew(meta)
+    chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+    if read.live == "long-poll" and not chunk.payloads and not meta.closed:
+        # Registered before any await, so an append applied meanwhile still wakes us.
+        await engine.signals.wait(meta.sid, engine.limits.long_poll_seconds)
+        meta = engine.find(target.bucket, target.name)
+        chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+    at_tail = chunk.next_pos >= meta.tail
+    headers = {
+        "content-type": meta.content_type,
+        "stream-next-offset": format_offset(chunk.next_pos),
+    }
+    if at_tail:
+        headers["stream-up-to-date"] = "true"
+        if meta.closed:
+            headers["stream-closed"] = "true"
+    if read.live == "long-poll":
+        headers["stream-cursor"] = next_cursor(now_ms(), read.cursor)
+        if not chunk.payloads:
+            headers["cache-control"] = NO_STORE
+            del headers["content-type"]
+            return Response(status_code=204, headers=headers)
+    if read.offset == "now":
+        headers["cache-control"] = NO_STORE
+        return Response(render_body(meta, chunk), 200, headers)
+    tag = etag(meta, pos, chunk.next_pos, at_tail and meta.closed)
+    headers["etag"] = tag
+    # Data below the tail never changes; a read reaching the open tail must revalidate.
+    headers["cache-control"] = CACHE_PUBLIC if not at_tail or meta.closed or read.live else "no-cache"
+    if request.headers.get("if-none-match") == tag:
+        del headers["content-type"]
+        return Response(status_code=304, headers=headers)
+    return Response(render_body(meta, chunk), 200, headers)

@@ -1,0 +1,78 @@
+"""Rendering: state machine outcomes to HTTP statuses, and the protocol's response headers."""
+
+from __future__ import annotations
+
+from app.protocol.errors import ProtocolError
+from app.protocol.headers import format_expires_at
+from app.protocol.offsets import format_offset
+from app.state_machine.commands import Code, Outcome
+from app.state_machine.records import StreamMeta
+
+# Error outcomes: (status, message when the outcome carries none).
+_ERRORS: dict[Code, tuple[int, str]] = {
+    Code.NOT_FOUND: (404, "stream not found"),
+    Code.BUCKET_NOT_FOUND: (404, "bucket not found"),
+    Code.BUCKET_NOT_EMPTY: (409, "bucket still holds streams"),
+    Code.GONE: (410, "stream was deleted; forks still reference its data"),
+    Code.CONFIG_MISMATCH: (409, "stream exists with a different configuration"),
+    Code.CONTENT_TYPE_MISMATCH: (409, "content type does not match the stream"),
+    Code.STREAM_CLOSED: (409, "stream is closed"),
+    Code.SEQ_CONFLICT: (409, "Stream-Seq must be greater than the last one"),
+    Code.SOURCE_DELETED: (409, "fork source is deleted"),
+    Code.BAD_FORK_OFFSET: (400, "fork offset is not a boundary at or below the source's tail"),
+    Code.BAD_SUB_OFFSET: (400, "fork sub-offset is out of range"),
+    Code.STALE_EPOCH: (403, "producer epoch is stale"),
+    Code.SEQ_GAP: (409, "producer sequence gap"),
+    Code.BAD_EPOCH_SEQ: (400, "a new producer epoch must start at seq 0"),
+}
+
+CACHE_PUBLIC = "public, max-age=60, stale-while-revalidate=300"
+NO_STORE = "no-store"
+
+
+def raise_for(outcome: Outcome) -> None:
+    """Turns an error outcome into a ProtocolError carrying the protocol's headers."""
+    entry = _ERRORS.get(outcome.code)
+    if entry is None:
+        return
+    status, default = entry
+    headers: dict[str, str] = {}
+    if outcome.code is Code.STREAM_CLOSED:
+        headers["stream-closed"] = "true"
+        headers["stream-next-offset"] = format_offset(outcome.next_pos)
+    elif outcome.code is Code.STALE_EPOCH and outcome.producer_epoch is not None:
+        headers["producer-epoch"] = str(outcome.producer_epoch)
+    elif outcome.code is Code.SEQ_GAP:
+        headers["producer-expected-seq"] = str(outcome.expected_seq)
+        headers["producer-received-seq"] = str(outcome.received_seq)
+    raise ProtocolError(status, outcome.code.value, outcome.message or default, headers)
+
+
+def write_headers(outcome: Outcome) -> dict[str, str]:
+    headers = {"stream-next-offset": format_offset(outcome.next_pos)}
+    if outcome.closed:
+        headers["stream-closed"] = "true"
+    if outcome.producer_epoch is not None:
+        headers["producer-epoch"] = str(outcome.producer_epoch)
+        headers["producer-seq"] = str(outcome.producer_seq)
+    return headers
+
+
+def metadata_headers(meta: StreamMeta) -> dict[str, str]:
+    """What HEAD reports: type, tail, lifetime and closure."""
+    headers = {
+        "content-type": meta.content_type,
+        "stream-next-offset": format_offset(meta.tail),
+        "cache-control": NO_STORE,
+    }
+    if meta.ttl is not None:
+        headers["stream-ttl"] = str(meta.ttl)
+    if meta.expires_at is not None:
+        headers["stream-expires-at"] = format_expires_at(meta.expires_at)
+    if meta.closed:
+        headers["stream-closed"] = "true"
+    return headers
+
+
+def etag(meta: StreamMeta, start: int, end: int, closed: bool) -> str:
+    return f'"{meta.sid}:{start}:{end}{":c" if closed else ""}"'

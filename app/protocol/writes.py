@@ -1,0 +1,127 @@
+"""Create, append (and close), delete: parse once, submit through Raft, render the outcome."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.protocol.bodies import json_record, read_body
+from app.protocol.engine import Engine
+from app.protocol.errors import ProtocolError, bad_request
+from app.protocol.headers import (
+    DEFAULT_CONTENT_TYPE,
+    parse_expires_at,
+    parse_flag,
+    parse_producer,
+    parse_stream_seq,
+    parse_sub_offset,
+    parse_ttl,
+)
+from app.protocol.offsets import parse_position
+from app.protocol.responses import raise_for, write_headers
+from app.protocol.target import StreamTarget
+from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
+from app.state_machine.reader import media_type
+
+JSON = "application/json"
+
+
+def _require_bucket(engine: Engine, target: StreamTarget) -> None:
+    if not engine.bucket_exists(target.bucket):
+        raise ProtocolError(404, "bucket_not_found", f"bucket {target.bucket!r} does not exist")
+
+
+def _touched(engine: Engine, target: StreamTarget) -> int:
+    meta = engine.machine.lookup(target.bucket, target.name)
+    return engine.touched(meta.sid) if meta else 0
+
+
+async def create(engine: Engine, request: Request, target: StreamTarget) -> Response:
+    h = request.headers
+    ttl = parse_ttl(h.get("stream-ttl"))
+    expires_at = parse_expires_at(h.get("stream-expires-at"))
+    if ttl is not None and expires_at is not None:
+        raise bad_request("send Stream-TTL or Stream-Expires-At, not both", "conflicting_expiry")
+    closed = parse_flag(h, "stream-closed")
+    fork_from, fork_offset_raw = h.get("stream-forked-from"), h.get("stream-fork-offset")
+    sub_raw = h.get("stream-fork-sub-offset")
+    if fork_from is None and (fork_offset_raw is not None or sub_raw is not None):
+        raise bad_request("fork offsets need Stream-Forked-From", "invalid_fork")
+    fork_sub = parse_sub_offset(sub_raw)
+    fork_name = target.resolve(fork_from) if fork_from is not None else None
+    fork_offset = None
+    if fork_offset_raw is not None and fork_offset_raw != "now":
+        fork_offset = 0 if fork_offset_raw == "-1" else parse_position(fork_offset_raw)
+    content_type = h.get("content-type")
+    _require_bucket(engine, target)
+    if fork_name is not None and content_type is None:
+        source = engine.machine.lookup(target.bucket, fork_name)
+        is_json = source is not None and source.json
+    else:
+        is_json = media_type(content_type or DEFAULT_CONTENT_TYPE) == JSON
+    body = await read_body(request, engine.limits.max_body_bytes)
+    if body and is_json:
+        body = json_record(body, allow_empty=True)
+    outcome = await engine.submit(
+        CreateStream(
+            bucket=target.bucket,
+            stream=target.name,
+            content_type=content_type or DEFAULT_CONTENT_TYPE,
+            json=is_json,
+            ttl=ttl,
+            expires_at=expires_at,
+            closed=closed,
+            body=body,
+            fork_stream=fork_name,
+            fork_offset=fork_offset,
+            fork_sub=fork_sub,
+            content_type_given=content_type is not None,
+            touched=_touched(engine, target),
+        )
+    )
+    raise_for(outcome)
+    meta = engine.machine.streams.get(outcome.sid)
+    headers = write_headers(outcome)
+    headers["content-type"] = meta.content_type if meta else content_type or DEFAULT_CONTENT_TYPE
+    if outcome.code is Code.CREATED:
+        headers["location"] = str(request.url.replace(query=""))
+        return Response(status_code=201, headers=headers)
+    return Response(status_code=200, headers=headers)
+
+
+async def append(engine: Engine, request: Request, target: StreamTarget) -> Response:
+    h = request.headers
+    producer = parse_producer(h)
+    close = parse_flag(h, "stream-closed")
+    stream_seq = parse_stream_seq(h.get("stream-seq"))
+    body = await read_body(request, engine.limits.max_body_bytes)
+    content_type = h.get("content-type")
+    if body:
+        if content_type is None:
+            raise bad_request("Content-Type is required to append", "missing_content_type")
+        if media_type(content_type) == JSON:
+            body = json_record(body, allow_empty=False)
+    elif not close:
+        raise bad_request("an append needs a body (or Stream-Closed: true)", "empty_body")
+    _require_bucket(engine, target)
+    outcome = await engine.submit(
+        Append(
+            target.bucket,
+            target.name,
+            content_type if body else None,
+            body,
+            stream_seq,
+            producer,
+            close,
+            touched=_touched(engine, target),
+        )
+    )
+    raise_for(outcome)
+    return Response(status_code=200 if outcome.fresh_producer else 204, headers=write_headers(outcome))
+
+
+async def delete(engine: Engine, request: Request, target: StreamTarget) -> Response:
+    _require_bucket(engine, target)
+    outcome = await engine.submit(DeleteStream(target.bucket, target.name, touched=_touched(engine, target)))
+    raise_for(outcome)
+    return Response(status_code=204)

@@ -1,0 +1,310 @@
+"""Pure Raft: messages and ticks in, a Ready (what to persist, send and apply) out.
+
+No I/O, no clock, no asyncio. The driver owns disk and network: for every
+Ready it persists the hard state and entries (synced), then sends the
+messages, then applies the committed entries and reports back with
+`on_persisted` and `on_applied`. Randomness (election jitter) comes from a
+seeded generator, so a simulation replays exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import Enum
+
+from app.raft.messages import (
+    AppendEntries,
+    AppendResponse,
+    Entry,
+    HardState,
+    Message,
+    RequestVote,
+    VoteResponse,
+)
+
+MAX_ENTRIES_PER_MESSAGE = 256
+
+
+class Role(Enum):
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass
+class Ready:
+    hard_state: HardState | None = None
+    entries: list[Entry] = field(default_factory=list)  # persist; may replace a suffix from entries[0].index
+    messages: list[Message] = field(default_factory=list)  # send only after persisting
+    committed: list[Entry] = field(default_factory=list)  # apply in order
+
+    def __bool__(self) -> bool:
+        return bool(self.hard_state or self.entries or self.messages or self.committed)
+
+
+class RaftCore:
+    def __init__(
+        self,
+        node_id: int,
+        voters: list[int],
+        hard_state: HardState,
+        entries: list[Entry],
+        *,
+        compacted_index: int = 0,
+        compacted_term: int = 0,
+        applied: int = 0,
+        seed: int = 0,
+        election_ticks: int = 10,
+        heartbeat_ticks: int = 1,
+    ) -> None:
+        self.id = node_id
+        self.voters = sorted(voters)
+        self.term = hard_state.term
+        self.vote = hard_state.vote
+        self.commit = max(hard_state.commit, compacted_index)
+        self.log = list(entries)
+        self.offset = compacted_index
+        self.offset_term = compacted_term
+        self.applied = max(applied, compacted_index)
+        self.stable = self.last_index()
+        self.unstable_from = self.stable + 1
+        self.role = Role.FOLLOWER
+        self.leader = 0
+        self.rng = random.Random(seed * 7919 + node_id)
+        self.election_ticks = election_ticks
+        self.heartbeat_ticks = heartbeat_ticks
+        self.elapsed = 0
+        self.timeout = self._random_timeout()
+        self.votes: set[int] = set()
+        self.next: dict[int, int] = {}
+        self.match: dict[int, int] = {}
+        self.outbox: list[Message] = []
+        self._emitted = HardState(self.term, self.vote, self.commit)
+
+    # Log access
+
+    def last_index(self) -> int:
+        return self.offset + len(self.log)
+
+    def last_term(self) -> int:
+        return self.log[-1].term if self.log else self.offset_term
+
+    def term_at(self, index: int) -> int | None:
+        if index == self.offset:
+            return self.offset_term
+        if self.offset < index <= self.last_index():
+            return self.log[index - self.offset - 1].term
+        return None
+
+    def slice(self, lo: int, hi: int) -> list[Entry]:
+        """Entries with lo <= index < hi."""
+        return self.log[lo - self.offset - 1 : hi - self.offset - 1]
+
+    def quorum(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    # Inputs
+
+    def tick(self) -> None:
+        self.elapsed += 1
+        if self.role is Role.LEADER:
+            if self.elapsed >= self.heartbeat_ticks:
+                self.elapsed = 0
+                self._broadcast_append()
+        elif self.elapsed >= self.timeout and self.id in self.voters:
+            self.campaign()
+
+    def campaign(self) -> None:
+        self.role = Role.CANDIDATE
+        self.term += 1
+        self.vote = self.id
+        self.leader = 0
+        self.votes = {self.id}
+        self.elapsed = 0
+        self.timeout = self._random_timeout()
+        if len(self.votes) >= self.quorum():
+            self._become_leader()
+            return
+        for peer in self._peers():
+            self.outbox.append(RequestVote(self.term, self.id, peer, self.last_index(), self.last_term()))
+
+    def propose(self, data: bytes) -> int | None:
+        """Appends `data` to the leader's log; returns its index, or None when not leader."""
+        if self.role is not Role.LEADER:
+            return None
+        index = self.last_index() + 1
+        self.log.append(Entry(self.term, index, data))
+        self._send_appends()
+        return index
+
+    def step(self, msg: Message) -> None:
+        if msg.term > self.term:
+            leader = msg.src if isinstance(msg, AppendEntries) else 0
+            self._become_follower(msg.term, leader)
+        if msg.term < self.term:
+            if isinstance(msg, AppendEntries):
+                self.outbox.append(AppendResponse(self.term, self.id, msg.src, False, self.last_index()))
+            elif isinstance(msg, RequestVote):
+                self.outbox.append(VoteResponse(self.term, self.id, msg.src, False))
+            return
+        if isinstance(msg, RequestVote):
+            self._on_request_vote(msg)
+        elif isinstance(msg, VoteResponse):
+            self._on_vote_response(msg)
+        elif isinstance(msg, AppendEntries):
+            self._on_append(msg)
+        elif isinstance(msg, AppendResponse):
+            self._on_append_response(msg)
+
+    def on_persisted(self, index: int, term: int) -> None:
+        """The driver synced entries up to `index`; counts toward the leader's own match."""
+        if self.term_at(index) == term and index > self.stable:
+            self.stable = index
+            if self.role is Role.LEADER:
+                self._maybe_commit()
+
+    def on_applied(self, index: int) -> None:
+        self.applied = max(self.applied, index)
+
+    def compact(self, index: int) -> None:
+        """Forgets entries up to `index` (already applied and covered by durable state)."""
+        index = min(index, self.applied, self.stable)
+        if index <= self.offset:
+            return
+        self.offset_term = self.term_at(index) or self.offset_term
+        self.log = self.log[index - self.offset :]
+        self.offset = index
+
+    # Output
+
+    def ready(self) -> Ready:
+        rd = Ready()
+        hs = HardState(self.term, self.vote, self.commit)
+        if hs != self._emitted:
+            rd.hard_state = hs
+            self._emitted = hs
+        if self.unstable_from <= self.last_index():
+            rd.entries = self.slice(self.unstable_from, self.last_index() + 1)
+            self.unstable_from = self.last_index() + 1
+        rd.messages, self.outbox = self.outbox, []
+        upto = min(self.commit, self.stable, self.last_index())
+        if upto > self.applied:
+            rd.committed = self.slice(self.applied + 1, upto + 1)
+        return rd
+
+    # Role changes
+
+    def _peers(self) -> list[int]:
+        return [v for v in self.voters if v != self.id]
+
+    def _random_timeout(self) -> int:
+        return self.election_ticks + self.rng.randrange(self.election_ticks)
+
+    def _become_follower(self, term: int, leader: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = 0
+        self.role = Role.FOLLOWER
+        self.leader = leader
+        self.elapsed = 0
+        self.timeout = self._random_timeout()
+
+    def _become_leader(self) -> None:
+        self.role = Role.LEADER
+        self.leader = self.id
+        self.elapsed = 0
+        self.next = {p: self.last_index() + 1 for p in self._peers()}
+        self.match = {p: 0 for p in self._peers()}
+        # A no-op in the new term lets entries from earlier terms commit.
+        self.propose(b"")
+        self._maybe_commit()
+
+    # Handlers
+
+    def _on_request_vote(self, msg: RequestVote) -> None:
+        up_to_date = (msg.last_term, msg.last_index) >= (self.last_term(), self.last_index())
+        granted = self.vote in (0, msg.src) and up_to_date and self.role is not Role.LEADER
+        if granted:
+            self.vote = msg.src
+            self.elapsed = 0
+        self.outbox.append(VoteResponse(self.term, self.id, msg.src, granted))
+
+    def _on_vote_response(self, msg: VoteResponse) -> None:
+        if self.role is not Role.CANDIDATE or not msg.granted:
+            return
+        self.votes.add(msg.src)
+        if len(self.votes) >= self.quorum():
+            self._become_leader()
+
+    def _on_append(self, msg: AppendEntries) -> None:
+        if self.role is not Role.FOLLOWER or self.leader != msg.src:
+            self._become_follower(msg.term, msg.src)
+        self.elapsed = 0
+        if msg.prev_index < self.offset:
+            # Already compacted here, so already committed; skip what we have.
+            skip = self.offset - msg.prev_index
+            entries, prev_index, prev_term = msg.entries[skip:], self.offset, self.offset_term
+        else:
+            entries, prev_index, prev_term = msg.entries, msg.prev_index, msg.prev_term
+        if self.term_at(prev_index) != prev_term:
+            hint = min(prev_index - 1, self.last_index())
+            self.outbox.append(AppendResponse(self.term, self.id, msg.src, False, max(hint, self.offset)))
+            return
+        for i, entry in enumerate(entries):
+            existing = self.term_at(entry.index)
+            if existing == entry.term:
+                continue
+            if existing is not None:
+                if entry.index <= self.commit:
+                    raise AssertionError("leader asked to overwrite a committed entry")
+                self.log = self.log[: entry.index - self.offset - 1]
+                self.stable = min(self.stable, entry.index - 1)
+            self.log.extend(entries[i:])
+            self.unstable_from = min(self.unstable_from, entry.index)
+            break
+        match = prev_index + len(entries)
+        self.commit = max(self.commit, min(msg.commit, match))
+        self.outbox.append(AppendResponse(self.term, self.id, msg.src, True, match))
+
+    def _on_append_response(self, msg: AppendResponse) -> None:
+        if self.role is not Role.LEADER or msg.src not in self.next:
+            return
+        if msg.success:
+            if msg.match_index > self.match[msg.src]:
+                self.match[msg.src] = msg.match_index
+                self._maybe_commit()
+            self.next[msg.src] = max(self.next[msg.src], msg.match_index + 1)
+            if self.next[msg.src] <= self.last_index():
+                self._send_append(msg.src)
+        else:
+            self.next[msg.src] = max(self.offset + 1, min(self.next[msg.src] - 1, msg.match_index + 1))
+            self._send_append(msg.src)
+
+    # Replication
+
+    def _send_appends(self) -> None:
+        for peer in self._peers():
+            if self.next[peer] <= self.last_index():
+                self._send_append(peer)
+
+    def _broadcast_append(self) -> None:
+        for peer in self._peers():
+            self._send_append(peer)
+
+    def _send_append(self, peer: int) -> None:
+        nxt = max(self.next[peer], self.offset + 1)
+        prev = nxt - 1
+        entries = self.slice(nxt, min(self.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE))
+        self.outbox.append(
+            AppendEntries(self.term, self.id, peer, prev, self.term_at(prev) or 0, entries, self.commit)
+        )
+        # Optimistic: pipeline the next batch without waiting for this one's answer.
+        self.next[peer] = nxt + len(entries)
+
+    def _maybe_commit(self) -> None:
+        matches = sorted([self.stable, *self.match.values()], reverse=True)
+        candidate = matches[self.quorum() - 1]
+        # Only entries of the current term commit by counting replicas.
+        if candidate > self.commit and self.term_at(candidate) == self.term:
+            self.commit = candidate

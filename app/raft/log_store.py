@@ -1,0 +1,64 @@
+"""The Raft log and hard state, durable in an ordered KV (RocksDB in the server)."""
+
+from __future__ import annotations
+
+import struct
+
+from app.raft.messages import Entry, HardState, decode_entry, decode_hard_state, encode
+from app.storage.kv import KV, Batch
+
+LOG_CF = "log"
+META_CF = "raft_meta"
+COLUMN_FAMILIES = ["default", LOG_CF, META_CF]
+
+_HARD_STATE = b"hard_state"
+_COMPACTED = b"compacted"
+_U64 = struct.Struct(">Q")
+_PAIR = struct.Struct(">QQ")
+
+
+def _key(index: int) -> bytes:
+    return _U64.pack(index)
+
+
+class LogStore:
+    def __init__(self, kv: KV) -> None:
+        self.kv = kv
+        raw = kv.get(META_CF, _COMPACTED)
+        self.compacted_index, self.compacted_term = _PAIR.unpack(raw) if raw else (0, 0)
+        last = kv.floor(LOG_CF, _U64.pack(2**64 - 1))
+        self.last_index = _U64.unpack(last[0])[0] if last else self.compacted_index
+
+    def hard_state(self) -> HardState:
+        raw = self.kv.get(META_CF, _HARD_STATE)
+        return decode_hard_state(raw) if raw else HardState()
+
+    def entries(self) -> list[Entry]:
+        start = _key(self.compacted_index + 1)
+        return [decode_entry(value) for _, value in self.kv.scan(LOG_CF, start)]
+
+    def save(self, hard_state: HardState | None, entries: list[Entry]) -> None:
+        """Writes the hard state and entries in one synced batch."""
+        batch = Batch()
+        if hard_state is not None:
+            batch.put(META_CF, _HARD_STATE, encode(hard_state))
+        if entries:
+            new_last = entries[-1].index
+            # Entries that replace a divergent suffix: drop the old tail beyond them.
+            for index in range(new_last + 1, self.last_index + 1):
+                batch.delete(LOG_CF, _key(index))
+            for entry in entries:
+                batch.put(LOG_CF, _key(entry.index), encode(entry))
+            self.last_index = new_last
+        if batch:
+            self.kv.write(batch, sync=True)
+
+    def compact(self, index: int, term: int) -> None:
+        """Drops entries up to `index`; only once the state machine covering them is durable."""
+        if index <= self.compacted_index:
+            return
+        batch = Batch()
+        batch.put(META_CF, _COMPACTED, _PAIR.pack(index, term))
+        self.kv.write(batch, sync=True)
+        self.kv.delete_range(LOG_CF, _key(0), _key(index + 1))
+        self.compacted_index, self.compacted_term = index, term

@@ -1,0 +1,74 @@
+"""Raft log entries and the messages peers exchange (msgspec structs, msgpack on the wire)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Entry(msgspec.Struct, array_like=True, frozen=True):
+    term: int
+    index: int
+    data: bytes  # empty for the no-op a new leader appends
+
+
+class HardState(msgspec.Struct, array_like=True):
+    term: int = 0
+    vote: int = 0  # 0 means no vote this term
+    commit: int = 0
+
+
+class RequestVote(msgspec.Struct, tag=True, array_like=True):
+    term: int
+    src: int
+    dst: int
+    last_index: int
+    last_term: int
+
+
+class VoteResponse(msgspec.Struct, tag=True, array_like=True):
+    term: int
+    src: int
+    dst: int
+    granted: bool
+
+
+class AppendEntries(msgspec.Struct, tag=True, array_like=True):
+    term: int
+    src: int
+    dst: int
+    prev_index: int
+    prev_term: int
+    entries: list[Entry]
+    commit: int
+
+
+class AppendResponse(msgspec.Struct, tag=True, array_like=True):
+    term: int
+    src: int
+    dst: int
+    success: bool
+    match_index: int  # on success: last index the follower holds; on reject: a hint to back off to
+
+
+Message = RequestVote | VoteResponse | AppendEntries | AppendResponse
+
+_encoder = msgspec.msgpack.Encoder()
+_message_decoder = msgspec.msgpack.Decoder(Message)
+_entry_decoder = msgspec.msgpack.Decoder(Entry)
+_hard_state_decoder = msgspec.msgpack.Decoder(HardState)
+
+
+def encode(obj: msgspec.Struct) -> bytes:
+    return _encoder.encode(obj)
+
+
+def decode_message(raw: bytes) -> Message:
+    return _message_decoder.decode(raw)
+
+
+def decode_entry(raw: bytes) -> Entry:
+    return _entry_decoder.decode(raw)
+
+
+def decode_hard_state(raw: bytes) -> HardState:
+    return _hard_state_decoder.decode(raw)

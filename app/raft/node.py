@@ -1,0 +1,183 @@
+"""The asyncio driver around the pure Raft core.
+
+It turns proposals into log entries, persists each Ready with one synced
+write (group commit: everything proposed while the previous sync ran goes
+into the next one), sends messages, applies committed entries through the
+state machine and resolves the waiting proposals with their results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from app.raft.core import RaftCore, Role
+from app.raft.log_store import LogStore
+from app.raft.messages import Entry, Message
+
+log = logging.getLogger("rill.raft")
+
+# Keep this many applied entries in the log before compacting behind durable state.
+COMPACT_EVERY = 20_000
+
+
+class NotLeader(Exception):
+    def __init__(self, leader: int) -> None:
+        super().__init__(f"not the leader (leader: {leader or 'unknown'})")
+        self.leader = leader
+
+
+class ProposalDropped(Exception):
+    """The entry was replaced by another leader's before it committed."""
+
+
+class StateMachine(Protocol):
+    applied_index: int
+
+    def apply(self, entries: list[Entry]) -> list[Any]: ...
+
+    def make_durable(self) -> None: ...
+
+
+Send = Callable[[list[Message]], Awaitable[None]]
+
+
+class RaftNode:
+    def __init__(
+        self,
+        node_id: int,
+        voters: list[int],
+        log_store: LogStore,
+        machine: StateMachine,
+        *,
+        send: Send | None = None,
+        tick_seconds: float = 0.1,
+        seed: int | None = None,
+    ) -> None:
+        self.id = node_id
+        self.log_store = log_store
+        self.machine = machine
+        self._send = send
+        self._tick_seconds = tick_seconds
+        self.core = RaftCore(
+            node_id,
+            voters,
+            log_store.hard_state(),
+            log_store.entries(),
+            compacted_index=log_store.compacted_index,
+            compacted_term=log_store.compacted_term,
+            applied=machine.applied_index,
+            seed=seed if seed is not None else time.monotonic_ns(),
+        )
+        self._pending: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._waiters: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        self._inbox: list[Message] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_compacted = log_store.compacted_index
+        self.leader_changed = asyncio.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.role is Role.LEADER
+
+    async def start(self) -> None:
+        single = self.core.voters == [self.id]
+        if single:
+            self.core.campaign()
+        self._tasks = [asyncio.create_task(self._run()), asyncio.create_task(self._ticker())]
+        self._wake.set()
+        if single:
+            # Replay the log up to the new term's no-op before serving.
+            target = self.core.last_index()
+            while self.core.applied < target:
+                await asyncio.sleep(0.001)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for _, fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(ProposalDropped())
+        self.machine.make_durable()
+
+    async def propose(self, data: bytes) -> Any:
+        """Replicates `data` and returns the state machine's result for it."""
+        if not self.is_leader:
+            raise NotLeader(self.core.leader)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((data, fut))
+        self._wake.set()
+        return await fut
+
+    def receive(self, msg: Message) -> None:
+        self._inbox.append(msg)
+        self._wake.set()
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick_seconds)
+            self.core.tick()
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._step_once()
+            except Exception:
+                log.exception("raft driver failed; stopping")
+                raise
+
+    async def _step_once(self) -> None:
+        inbox, self._inbox = self._inbox, []
+        for msg in inbox:
+            self.core.step(msg)
+        pending, self._pending = self._pending, []
+        for data, fut in pending:
+            index = self.core.propose(data)
+            if index is None:
+                fut.set_exception(NotLeader(self.core.leader))
+            else:
+                self._waiters[index] = (self.core.term, fut)
+        while rd := self.core.ready():
+            if rd.hard_state is not None or rd.entries:
+                # The sync runs off the loop so requests keep arriving for the next batch.
+                await asyncio.to_thread(self.log_store.save, rd.hard_state, rd.entries)
+            if rd.entries:
+                last = rd.entries[-1]
+                self.core.on_persisted(last.index, last.term)
+            if rd.messages and self._send is not None:
+                await self._send(rd.messages)
+            if rd.committed:
+                self._apply(rd.committed)
+
+    def _apply(self, entries: list[Entry]) -> None:
+        results = self.machine.apply(entries)
+        for entry, result in zip(entries, results):
+            waiter = self._waiters.pop(entry.index, None)
+            if waiter is None:
+                continue
+            term, fut = waiter
+            if fut.done():
+                continue
+            if term == entry.term:
+                fut.set_result(result)
+            else:
+                fut.set_exception(ProposalDropped())
+        self.core.on_applied(entries[-1].index)
+        if self.core.applied - self._last_compacted >= COMPACT_EVERY:
+            self._compact()
+
+    def _compact(self) -> None:
+        index = self.core.applied
+        term = self.core.term_at(index) or 0
+        self.machine.make_durable()
+        self.log_store.compact(index, term)
+        self.core.compact(index)
+        self._last_compacted = index

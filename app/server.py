@@ -1,0 +1,151 @@
+"""The ASGI application: routes, middleware, and the node's lifecycle (stores, Raft, engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.config import Settings
+from app.protocol.engine import Engine, Limits
+from app.protocol.errors import error_response
+from app.protocol.live import Signals
+from app.raft import log_store
+from app.raft.log_store import LogStore
+from app.raft.node import RaftNode
+from app.routes import compat, ds, legacy
+from app.state_machine import records
+from app.state_machine.machine import StateMachine
+from app.storage.rocks import RocksKV
+
+OPENAPI = Path(__file__).resolve().parent.parent / "openapi" / "rill.yaml"
+
+EXPOSED_HEADERS = [
+    "Stream-Next-Offset",
+    "Stream-Cursor",
+    "Stream-Up-To-Date",
+    "Stream-Closed",
+    "Stream-TTL",
+    "Stream-Expires-At",
+    "Stream-SSE-Data-Encoding",
+    "Producer-Epoch",
+    "Producer-Seq",
+    "Producer-Expected-Seq",
+    "Producer-Received-Seq",
+    "ETag",
+    "Location",
+    "Content-Type",
+    "Retry-After",
+]
+
+
+class SecurityHeaders:
+    """Adds the browser security headers the protocol recommends to every response."""
+
+    _extra = [(b"x-content-type-options", b"nosniff"), (b"cross-origin-resource-policy", b"cross-origin")]
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + self._extra
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+async def healthz(request: Request) -> Response:
+    node = request.app.state.engine.node
+    return JSONResponse({"status": "ok", "leader": node.is_leader, "applied": node.core.applied})
+
+
+async def openapi(request: Request) -> Response:
+    return FileResponse(OPENAPI, media_type="application/yaml")
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    return error_response(404, "not_found", "no such route")
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    allow = getattr(exc, "headers", None) or {}
+    return error_response(405, "method_not_allowed", f"{request.method} is not allowed here", allow)
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    return error_response(500, "internal_error", "internal server error")
+
+
+def create_app(settings: Settings) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        data_dir = Path(settings.data_dir)
+        raft_kv = RocksKV(data_dir / "raft", log_store.COLUMN_FAMILIES)
+        state_kv = RocksKV(data_dir / "state", records.COLUMN_FAMILIES)
+        signals = Signals()
+        machine = StateMachine(state_kv, on_change=signals.notify)
+        node = RaftNode(
+            settings.node_id,
+            [settings.node_id],
+            LogStore(raft_kv),
+            machine,
+            tick_seconds=settings.raft_tick_seconds,
+        )
+        limits = Limits(
+            max_body_bytes=settings.max_body_bytes,
+            read_chunk_bytes=settings.read_chunk_bytes,
+            long_poll_seconds=settings.long_poll_timeout,
+            sse_max_seconds=settings.sse_max_seconds,
+            sse_ping_seconds=settings.sse_ping_seconds,
+        )
+        engine = Engine(node, machine, signals, limits)
+        app.state.engine = engine
+        await node.start()
+        sweeper = asyncio.create_task(engine.collect_expired_forever())
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            await node.stop()
+            state_kv.close()
+            raft_kv.close()
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/openapi.yaml", openapi),
+        *ds.routes,
+        *legacy.routes,
+        *compat.routes,
+    ]
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(
+            CORSMiddleware,
+            allow_origins=["*"],
+            allow_methods=["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=EXPOSED_HEADERS,
+            max_age=86400,
+        ),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},
+    )

@@ -1,0 +1,128 @@
+"""Commands the Raft log carries, and the outcomes applying them produces.
+
+A command holds everything apply needs; apply looks nothing up outside the
+state machine. The leader stamps `now` (milliseconds since the epoch) into
+the envelope, so every replica expires and timestamps identically.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import msgspec
+
+
+class Producer(msgspec.Struct, array_like=True, frozen=True):
+    id: str
+    epoch: int
+    seq: int
+
+
+class CreateBucket(msgspec.Struct, tag="cb", array_like=True):
+    bucket: str
+
+
+class DeleteBucket(msgspec.Struct, tag="db", array_like=True):
+    bucket: str
+
+
+class CreateStream(msgspec.Struct, tag="cs", array_like=True):
+    bucket: str
+    stream: str
+    content_type: str
+    json: bool
+    ttl: int | None = None  # seconds, sliding
+    expires_at: int | None = None  # ms
+    closed: bool = False
+    body: bytes = b""  # initial record (JSON: messages joined by commas); empty for none
+    fork_stream: str | None = None  # in the same bucket
+    fork_offset: int | None = None  # None: the source's tail
+    fork_sub: int = 0
+    content_type_given: bool = True
+    touched: int = 0  # the leader's latest local read of an existing stream (sliding TTL)
+
+
+class Append(msgspec.Struct, tag="ap", array_like=True):
+    bucket: str
+    stream: str
+    content_type: str | None
+    body: bytes  # one record; empty only with close
+    stream_seq: str | None = None
+    producer: Producer | None = None
+    close: bool = False
+    touched: int = 0
+
+
+class DeleteStream(msgspec.Struct, tag="ds", array_like=True):
+    bucket: str
+    stream: str
+    touched: int = 0
+
+
+class Touch(msgspec.Struct, tag="tt", array_like=True):
+    """Renews a sliding TTL (rate-limited by the caller)."""
+
+    bucket: str
+    stream: str
+
+
+class CollectExpired(msgspec.Struct, tag="gc", array_like=True):
+    """Hard- or soft-deletes the listed streams if they have expired by `now`."""
+
+    sids: list[int]
+
+
+Command = CreateBucket | DeleteBucket | CreateStream | Append | DeleteStream | Touch | CollectExpired
+
+
+class Envelope(msgspec.Struct, array_like=True):
+    now: int
+    command: Command
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Envelope)
+
+
+def encode_envelope(now: int, command: Command) -> bytes:
+    return _encoder.encode(Envelope(now, command))
+
+
+def decode_envelope(raw: bytes) -> Envelope:
+    return _decoder.decode(raw)
+
+
+class Code(Enum):
+    CREATED = "created"
+    EXISTS = "exists"
+    APPENDED = "appended"
+    DUPLICATE = "duplicate"
+    DELETED = "deleted"
+    OK = "ok"
+    NOT_FOUND = "not_found"
+    BUCKET_NOT_FOUND = "bucket_not_found"
+    BUCKET_NOT_EMPTY = "bucket_not_empty"
+    GONE = "gone"
+    CONFIG_MISMATCH = "config_mismatch"
+    CONTENT_TYPE_MISMATCH = "content_type_mismatch"
+    STREAM_CLOSED = "stream_closed"
+    SEQ_CONFLICT = "stream_seq_conflict"
+    SOURCE_DELETED = "fork_source_deleted"
+    BAD_FORK_OFFSET = "bad_fork_offset"
+    BAD_SUB_OFFSET = "bad_fork_sub_offset"
+    STALE_EPOCH = "producer_stale_epoch"
+    SEQ_GAP = "producer_seq_gap"
+    BAD_EPOCH_SEQ = "producer_epoch_seq"
+
+
+class Outcome(msgspec.Struct):
+    code: Code
+    message: str = ""
+    sid: int = 0
+    next_pos: int = 0
+    closed: bool = False
+    producer_epoch: int | None = None
+    producer_seq: int | None = None
+    expected_seq: int | None = None
+    received_seq: int | None = None
+    fresh_producer: bool = False  # a producer append that was accepted (200, not 204)

@@ -1,0 +1,129 @@
+"""Queries over applied state: stream lookup, listings, and reads through fork chains.
+
+A fork stores only its own records; positions below its fork point come
+from its source (recursively), so reading a fork walks the chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+
+from app.state_machine import records as r
+from app.storage.kv import KV
+
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def media_type(content_type: str) -> str:
+    """The comparable part of a content type: lower-cased, parameters dropped."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def split_json_record(payload: bytes | memoryview) -> list[bytes]:
+    """The messages of a JSON record (stored as messages joined by commas)."""
+    return [bytes(m) for m in _raw_list.decode(b"[" + bytes(payload) + b"]")]
+
+
+@dataclass
+class Chunk:
+    """A read: payloads in order and where the next read starts."""
+
+    payloads: list[memoryview] = field(default_factory=list)
+    next_pos: int = 0
+    size: int = 0
+
+
+class StreamReader:
+    def __init__(self, kv: KV) -> None:
+        self.kv = kv
+        self.streams: dict[int, r.StreamMeta] = {}
+        self.names: dict[tuple[str, str], int] = {}
+        # Records written by the apply batch in progress, not yet in the KV.
+        self.staged: dict[bytes, bytes] = {}
+
+    def lookup(self, bucket: str, name: str) -> r.StreamMeta | None:
+        sid = self.names.get((bucket, name))
+        return None if sid is None else self.streams[sid]
+
+    def bucket_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[r.StreamMeta]:
+        """Streams of a bucket in name order, from the committed store."""
+        start = r.name_key(bucket, max(prefix, after))
+        end = r.name_key(bucket, prefix) + b"\xff" if prefix else bucket.encode() + b"\x01"
+        for key, value in self.kv.scan(r.NAMES, start, end):
+            name = r.split_name_key(key)[1]
+            if after and name <= after:
+                continue
+            meta = self.streams.get(r.U64.unpack(value)[0])
+            if meta is not None:
+                yield meta
+
+    def _record(self, sid: int, pos: int) -> bytes | None:
+        key = r.data_key(sid, pos)
+        value = self.staged.get(key)
+        if value is not None:
+            return value
+        raw = self.kv.get(r.DATA, key)
+        return None if raw is None else bytes(r.record_payload(raw))
+
+    def _owner(self, meta: r.StreamMeta, pos: int) -> r.StreamMeta:
+        """The stream in the fork chain whose own records hold position `pos`."""
+        while pos < meta.fork_pos and meta.fork_of is not None:
+            meta = self.streams[meta.fork_of]
+        return meta
+
+    def is_boundary(self, meta: r.StreamMeta, pos: int) -> bool:
+        if pos in (0, meta.tail):
+            return True
+        return self._record(self._owner(meta, pos).sid, pos) is not None
+
+    def record_prefix(self, meta: r.StreamMeta, pos: int, count: int) -> bytes | None:
+        """The first `count` bytes (or JSON messages) of the record at `pos`; None if it is shorter."""
+        if pos >= meta.tail:
+            return None
+        payload = self._record(self._owner(meta, pos).sid, pos)
+        if payload is None:
+            return None
+        if meta.json:
+            messages = split_json_record(payload)
+            return b",".join(messages[:count]) if count <= len(messages) else None
+        return payload[:count] if count <= len(payload) else None
+
+    def _ranges(self, meta: r.StreamMeta, start: int, end: int) -> list[tuple[int, int, int]]:
+        """(sid, lo, hi) pieces that make up positions [start, end) of `meta`."""
+        out: list[tuple[int, int, int]] = []
+        if start < meta.fork_pos and meta.fork_of is not None:
+            out += self._ranges(self.streams[meta.fork_of], start, min(end, meta.fork_pos))
+        if end > meta.fork_pos:
+            out.append((meta.sid, max(start, meta.fork_pos), end))
+        return out
+
+    def read(self, meta: r.StreamMeta, pos: int, max_bytes: int) -> Chunk:
+        """Records from `pos` up to about `max_bytes` (at least one whole JSON record)."""
+        chunk = Chunk(next_pos=pos)
+        for sid, lo, hi in self._ranges(meta, pos, meta.tail):
+            for rec_pos, payload in self._scan(sid, lo, hi, meta.json):
+                room = max_bytes - chunk.size
+                if len(payload) > room and chunk.payloads and meta.json:
+                    return chunk
+                if len(payload) > room and not meta.json:
+                    payload = payload[: max(room, 1)]
+                chunk.payloads.append(payload)
+                chunk.size += len(payload)
+                chunk.next_pos = rec_pos + len(payload)
+                if chunk.size >= max_bytes:
+                    return chunk
+        return chunk
+
+    def _scan(self, sid: int, lo: int, hi: int, json: bool) -> Iterator[tuple[int, memoryview]]:
+        first = self.kv.floor(r.DATA, r.data_key(sid, lo))
+        if first is not None and not json:
+            key, value = first
+            fsid, fpos = r.U64.unpack(key[:8])[0], r.data_pos(key)
+            payload = r.record_payload(value)
+            if fsid == sid and fpos < lo < fpos + len(payload):
+                yield lo, payload[lo - fpos :]
+        for key, value in self.kv.scan(r.DATA, r.data_key(sid, lo), r.data_key(sid, hi)):
+            yield r.data_pos(key), r.record_payload(value)

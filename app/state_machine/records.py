@@ -1,0 +1,122 @@
+"""What the state machine stores, and how it is keyed in the KV."""
+
+from __future__ import annotations
+
+import struct
+
+import msgspec
+
+# Column families of the state machine store.
+BUCKETS = "buckets"  # bucket name -> created_at (u64 ms)
+NAMES = "names"  # bucket \0 stream -> sid (u64)
+STREAMS = "streams"  # sid -> StreamMeta
+DATA = "data"  # sid, position -> record
+PRODUCERS = "producers"  # sid, producer id -> ProducerState
+SM_META = "sm_meta"  # applied index, next sid
+COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META]
+
+APPLIED_KEY = b"applied"
+NEXT_SID_KEY = b"next_sid"
+
+U64 = struct.Struct(">Q")
+_POS = struct.Struct(">QQ")
+
+# A record is a small header (format version, append time) and the payload.
+_RECORD_HEADER = struct.Struct(">BQ")
+RECORD_HEADER_SIZE = _RECORD_HEADER.size
+_RECORD_V1 = 1
+
+
+class StreamMeta(msgspec.Struct, array_like=True):
+    sid: int
+    bucket: str
+    name: str
+    content_type: str
+    json: bool
+    created_at: int
+    touched_at: int
+    ttl: int | None = None
+    expires_at: int | None = None
+    closed: bool = False
+    tail: int = 0
+    stream_seq: str | None = None
+    fork_of: int | None = None
+    fork_pos: int = 0  # own records start here; below it, data comes from fork_of
+    fork_offset: int = 0  # as requested, for idempotent re-create
+    fork_sub: int = 0
+    forks: int = 0  # live direct forks holding a reference
+    deleted: bool = False  # soft-deleted: kept while forks reference it
+
+    def expiry(self) -> int | None:
+        """The instant (ms) this stream expires, if it can."""
+        candidates = []
+        if self.ttl is not None:
+            candidates.append(self.touched_at + self.ttl * 1000)
+        if self.expires_at is not None:
+            candidates.append(self.expires_at)
+        return min(candidates) if candidates else None
+
+    def expired(self, now: int, touched_at: int = 0) -> bool:
+        if self.ttl is not None and now >= max(self.touched_at, touched_at) + self.ttl * 1000:
+            return True
+        return self.expires_at is not None and now >= self.expires_at
+
+
+class ProducerState(msgspec.Struct, array_like=True):
+    epoch: int
+    seq: int
+    next_pos: int  # tail after this producer's last accepted append
+
+
+_meta_encoder = msgspec.msgpack.Encoder()
+_meta_decoder = msgspec.msgpack.Decoder(StreamMeta)
+_producer_decoder = msgspec.msgpack.Decoder(ProducerState)
+
+
+def encode(obj: msgspec.Struct) -> bytes:
+    return _meta_encoder.encode(obj)
+
+
+def decode_meta(raw: bytes) -> StreamMeta:
+    return _meta_decoder.decode(raw)
+
+
+def decode_producer(raw: bytes) -> ProducerState:
+    return _producer_decoder.decode(raw)
+
+
+def name_key(bucket: str, stream: str) -> bytes:
+    return bucket.encode() + b"\x00" + stream.encode()
+
+
+def split_name_key(key: bytes) -> tuple[str, str]:
+    bucket, _, stream = key.partition(b"\x00")
+    return bucket.decode(), stream.decode()
+
+
+def sid_key(sid: int) -> bytes:
+    return U64.pack(sid)
+
+
+def data_key(sid: int, pos: int) -> bytes:
+    return _POS.pack(sid, pos)
+
+
+def data_pos(key: bytes) -> int:
+    return _POS.unpack(key)[1]
+
+
+def producer_key(sid: int, producer_id: str) -> bytes:
+    return U64.pack(sid) + producer_id.encode()
+
+
+def encode_record(now: int, payload: bytes) -> bytes:
+    return _RECORD_HEADER.pack(_RECORD_V1, now) + payload
+
+
+def record_payload(value: bytes) -> memoryview:
+    return memoryview(value)[RECORD_HEADER_SIZE:]
+
+
+def record_time(value: bytes) -> int:
+    return _RECORD_HEADER.unpack_from(value)[1]
