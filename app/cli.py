@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
             access_log=settings.access_log,
             log_level="info",
             timeout_graceful_shutdown=5,
+            proxy_headers=False,
         )
 
 

@@ -8,21 +8,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.config import Settings
 from app.protocol.engine import Engine, Limits
-from app.protocol.errors import error_response
+from app.protocol.errors import error_body
 from app.protocol.live import Signals
 from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft.node import RaftNode
-from app.routes import compat, ds, legacy
+from app.routes import StreamRoutes
 from app.state_machine import records
 from app.state_machine.machine import StateMachine
 from app.storage.rocks import RocksKV
@@ -48,27 +47,6 @@ EXPOSED_HEADERS = [
 ]
 
 
-class SecurityHeaders:
-    """Adds the browser security headers the protocol recommends to every response."""
-
-    _extra = [(b"x-content-type-options", b"nosniff"), (b"cross-origin-resource-policy", b"cross-origin")]
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", [])) + self._extra
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-
 async def healthz(request: Request) -> Response:
     node = request.app.state.engine.node
     return JSONResponse({"status": "ok", "leader": node.is_leader, "applied": node.core.applied})
@@ -78,20 +56,23 @@ async def openapi(request: Request) -> Response:
     return FileResponse(OPENAPI, media_type="application/yaml")
 
 
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(error_body(code, message), status, {**(headers or {}), "content-type": "application/json"})
+
+
 async def not_found(request: Request, exc: Exception) -> Response:
-    return error_response(404, "not_found", "no such route")
+    return _error(404, "not_found", "no such route")
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
-    allow = getattr(exc, "headers", None) or {}
-    return error_response(405, "method_not_allowed", f"{request.method} is not allowed here", allow)
+    return _error(405, "method_not_allowed", f"{request.method} is not allowed here", getattr(exc, "headers", None))
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
-    return error_response(500, "internal_error", "internal server error")
+    return _error(500, "internal_error", "internal server error")
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings) -> ASGIApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         data_dir = Path(settings.data_dir)
@@ -125,27 +106,27 @@ def create_app(settings: Settings) -> Starlette:
             state_kv.close()
             raft_kv.close()
 
-    routes = [
-        Route("/healthz", healthz),
-        Route("/openapi.yaml", openapi),
-        *ds.routes,
-        *legacy.routes,
-        *compat.routes,
-    ]
-    middleware = [
-        Middleware(SecurityHeaders),
-        Middleware(
-            CORSMiddleware,
-            allow_origins=["*"],
-            allow_methods=["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"],
-            allow_headers=["*"],
-            expose_headers=EXPOSED_HEADERS,
-            max_age=86400,
-        ),
-    ]
-    return Starlette(
+    routes = [Route("/healthz", healthz), Route("/openapi.yaml", openapi)]
+    starlette = Starlette(
         routes=routes,
-        middleware=middleware,
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},
     )
+    routes = StreamRoutes(starlette)
+    cors = CORSMiddleware(
+        routes,
+        allow_origins=["*"],
+        allow_methods=["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"],
+        allow_headers=["*"],
+        expose_headers=EXPOSED_HEADERS,
+        max_age=86400,
+    )
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        # Only browser requests carry Origin; the rest skip the CORS wrapper's per-message work.
+        if scope["type"] == "http" and any(name == b"origin" for name, _ in scope["headers"]):
+            await cors(scope, receive, send)
+        else:
+            await routes(scope, receive, send)
+
+    return app

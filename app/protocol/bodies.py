@@ -3,26 +3,32 @@
 from __future__ import annotations
 
 import msgspec
-from starlette.requests import Request
 
 from app.protocol.errors import ProtocolError, bad_request
+from app.protocol.http import Call
 
 _raw = msgspec.json.Decoder(msgspec.Raw)
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
+async def read_body(call: Call, limit: int) -> bytes:
+    declared = call.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
+    while True:
+        message = await call.receive()
+        if message["type"] == "http.disconnect":
+            raise ProtocolError(400, "client_disconnected", "the client went away mid-request")
+        part = message.get("body", b"")
         size += len(part)
         if size > limit:
             raise _too_large(limit)
         parts.append(part)
-    return b"".join(parts)
+        if not message.get("more_body", False):
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _too_large(limit: int) -> ProtocolError:

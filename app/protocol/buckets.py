@@ -5,17 +5,18 @@ from __future__ import annotations
 import re
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.types import Send
 
-from app.protocol.engine import Engine
-from app.protocol.errors import ProtocolError, bad_request, error_response, render_error
+from app.protocol.engine import Engine, now_ms
+from app.protocol.errors import ProtocolError, bad_request, error_reply, render_error
 from app.protocol.headers import format_expires_at, single_query
+from app.protocol.http import Call, Reply, send_reply
 from app.protocol.offsets import format_offset
 from app.protocol.responses import NO_STORE, raise_for
 from app.state_machine.commands import Code, CreateBucket, DeleteBucket
 
 BUCKET_ID = re.compile(r"[a-z0-9_-]{4,64}")
+ALLOWED = "GET, HEAD, PUT, DELETE, OPTIONS"
 _json = msgspec.json.Encoder()
 
 
@@ -24,42 +25,45 @@ def validate_bucket(bucket: str) -> None:
         raise bad_request("bucket ids are 4 to 64 of a-z, 0-9, _ and -", "invalid_bucket_id")
 
 
-async def handle_bucket(engine: Engine, request: Request, bucket: str) -> Response:
+async def serve_bucket(engine: Engine, call: Call, bucket: str, send: Send) -> None:
     try:
-        validate_bucket(bucket)
-        if request.method == "PUT":
-            outcome = await engine.submit(CreateBucket(bucket))
-            return Response(status_code=201 if outcome.code is Code.CREATED else 200)
-        if request.method in ("GET", "HEAD"):
-            return _describe(engine, request, bucket)
-        if request.method == "DELETE":
-            outcome = await engine.submit(DeleteBucket(bucket))
-            raise_for(outcome)
-            return Response(status_code=204)
-        if request.method == "OPTIONS":
-            return Response(status_code=204, headers={"allow": "GET, HEAD, PUT, DELETE, OPTIONS"})
-        return error_response(
-            405, "method_not_allowed", "POST is not supported on a bucket", {"allow": "GET, HEAD, PUT, DELETE, OPTIONS"}
-        )
+        reply = await _dispatch(engine, call, bucket)
     except ProtocolError as exc:
-        return render_error(exc)
+        reply = render_error(exc)
+    await send_reply(send, reply, head_only=call.method == "HEAD")
 
 
-def _describe(engine: Engine, request: Request, bucket: str) -> Response:
+async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
+    validate_bucket(bucket)
+    if call.method == "PUT":
+        outcome = await engine.submit(CreateBucket(bucket))
+        return Reply(201 if outcome.code is Code.CREATED else 200)
+    if call.method in ("GET", "HEAD"):
+        return _describe(engine, call, bucket)
+    if call.method == "DELETE":
+        raise_for(await engine.submit(DeleteBucket(bucket)))
+        return Reply(204)
+    if call.method == "OPTIONS":
+        return Reply(204, {"allow": ALLOWED})
+    return error_reply(405, "method_not_allowed", f"{call.method} is not supported on a bucket", {"allow": ALLOWED})
+
+
+def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
     created = engine.machine.buckets.get(bucket)
     if created is None:
         raise ProtocolError(404, "bucket_not_found", f"bucket {bucket!r} does not exist")
-    params = request.query_params
+    params = call.query
     prefix = single_query(params, "prefix") or ""
     after = single_query(params, "after") or ""
     raw_limit = single_query(params, "limit") or "100"
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
         raise bad_request("limit must be an integer from 1 to 1000", "invalid_limit")
     limit = int(raw_limit)
+    now = now_ms()
     streams = []
     has_more = False
     for meta in engine.machine.bucket_streams(bucket, prefix, after):
-        if meta.deleted:
+        if meta.deleted or meta.expired(now, engine.touched(meta.sid)):
             continue
         if len(streams) == limit:
             has_more = True
@@ -80,5 +84,4 @@ def _describe(engine: Engine, request: Request, bucket: str) -> Response:
         "has_more": has_more,
         "next": streams[-1]["name"] if has_more else None,
     }
-    headers = {"content-type": "application/json", "cache-control": NO_STORE}
-    return Response(_json.encode(body) if request.method == "GET" else b"", 200, headers)
+    return Reply(200, {"content-type": "application/json", "cache-control": NO_STORE}, _json.encode(body))

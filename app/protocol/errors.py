@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import msgspec
-from starlette.responses import Response
+
+from app.protocol.http import Reply
 
 _json = msgspec.json.Encoder()
 
@@ -19,13 +20,16 @@ class ProtocolError(Exception):
         self.headers = dict(headers or {})
 
 
-def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
-    body = _json.encode({"error": {"code": code, "message": message}})
-    return Response(body, status, headers={**(headers or {}), "content-type": "application/json"})
+def error_body(code: str, message: str) -> bytes:
+    return _json.encode({"error": {"code": code, "message": message}})
 
 
-def render_error(exc: ProtocolError) -> Response:
-    return error_response(exc.status, exc.code, exc.message, exc.headers)
+def error_reply(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Reply:
+    return Reply(status, {**(headers or {}), "content-type": "application/json"}, error_body(code, message))
+
+
+def render_error(exc: ProtocolError) -> Reply:
+    return error_reply(exc.status, exc.code, exc.message, exc.headers)
 
 
 def bad_request(message: str, code: str = "bad_request") -> ProtocolError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from starlette.datastructures import Headers, QueryParams
+from collections.abc import Mapping
 
 from app.protocol.errors import bad_request
 from app.state_machine.commands import Producer
@@ -42,7 +42,7 @@ def format_expires_at(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def parse_flag(headers: Headers, name: str) -> bool:
+def parse_flag(headers: Mapping[str, str], name: str) -> bool:
     value = headers.get(name)
     if value is None:
         return False
@@ -52,7 +52,7 @@ def parse_flag(headers: Headers, name: str) -> bool:
     return lowered == "true"
 
 
-def parse_producer(headers: Headers) -> Producer | None:
+def parse_producer(headers: Mapping[str, str]) -> Producer | None:
     pid, epoch, seq = headers.get("producer-id"), headers.get("producer-epoch"), headers.get("producer-seq")
     present = [v is not None for v in (pid, epoch, seq)]
     if not any(present):
@@ -85,9 +85,9 @@ def parse_stream_seq(value: str | None) -> str | None:
     return value
 
 
-def single_query(params: QueryParams, name: str) -> str | None:
+def single_query(params: Mapping[str, list[str]], name: str) -> str | None:
     """A query parameter that may appear at most once."""
-    values = params.getlist(name)
+    values = params.get(name, ())
     if len(values) > 1:
         raise bad_request(f"{name} may appear only once", f"invalid_{name}")
     return values[0] if values else None

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from app.protocol.cursor import next_cursor
 from app.protocol.engine import Engine, now_ms
 from app.protocol.errors import bad_request
 from app.protocol.headers import single_query
+from app.protocol.http import Call, Reply
 from app.protocol.offsets import format_offset, parse_offset
 from app.protocol.responses import CACHE_PUBLIC, NO_STORE, etag, metadata_headers
 from app.protocol.target import StreamTarget
@@ -27,8 +25,8 @@ class ReadRequest:
     cursor: str | None
 
 
-def parse_read(request: Request) -> ReadRequest:
-    params = request.query_params
+def parse_read(call: Call) -> ReadRequest:
+    params = call.query
     offset = single_query(params, "offset")
     live = single_query(params, "live")
     if live not in LIVE_MODES:
@@ -52,9 +50,9 @@ def checked_position(engine: Engine, meta: StreamMeta, offset: str | None) -> in
     return pos
 
 
-async def head(engine: Engine, request: Request, target: StreamTarget) -> Response:
+def head(engine: Engine, target: StreamTarget) -> Reply:
     meta = engine.find(target.bucket, target.name)
-    return Response(status_code=200, headers=metadata_headers(meta))
+    return Reply(200, metadata_headers(meta))
 
 
 def render_body(meta: StreamMeta, chunk: Chunk) -> bytes:
@@ -63,7 +61,7 @@ def render_body(meta: StreamMeta, chunk: Chunk) -> bytes:
     return b"".join(chunk.payloads)
 
 
-async def get(engine: Engine, request: Request, target: StreamTarget, read: ReadRequest) -> Response:
+async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadRequest) -> Reply:
     meta = engine.find(target.bucket, target.name)
     pos = checked_position(engine, meta, read.offset)
     engine.renew(meta)
@@ -87,15 +85,15 @@ async def get(engine: Engine, request: Request, target: StreamTarget, read: Read
         if not chunk.payloads:
             headers["cache-control"] = NO_STORE
             del headers["content-type"]
-            return Response(status_code=204, headers=headers)
+            return Reply(204, headers)
     if read.offset == "now":
         headers["cache-control"] = NO_STORE
-        return Response(render_body(meta, chunk), 200, headers)
+        return Reply(200, headers, render_body(meta, chunk))
     tag = etag(meta, pos, chunk.next_pos, at_tail and meta.closed)
     headers["etag"] = tag
     # Data below the tail never changes; a read reaching the open tail must revalidate.
     headers["cache-control"] = CACHE_PUBLIC if not at_tail or meta.closed or read.live else "no-cache"
-    if request.headers.get("if-none-match") == tag:
+    if call.headers.get("if-none-match") == tag:
         del headers["content-type"]
-        return Response(status_code=304, headers=headers)
-    return Response(render_body(meta, chunk), 200, headers)
+        return Reply(304, headers)
+    return Reply(200, headers, render_body(meta, chunk))

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from sse_starlette.sse import EventSourceResponse
-from starlette.requests import Request
 
 from app.protocol.cursor import next_cursor
 from app.protocol.engine import Engine, now_ms
 from app.protocol.errors import ProtocolError
+from app.protocol.http import SECURITY_HEADERS
 from app.protocol.offsets import format_offset
 from app.protocol.reads import ReadRequest, checked_position, render_body
 from app.protocol.target import StreamTarget
@@ -53,12 +53,13 @@ def control_event(next_pos: int, cursor: str | None, up_to_date: bool, closed: b
     return b"event: control\ndata:" + _json.encode(control) + b"\n\n"
 
 
-async def sse(engine: Engine, request: Request, target: StreamTarget, read: ReadRequest) -> EventSourceResponse:
+def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventSourceResponse:
     meta = engine.find(target.bucket, target.name)
     pos = checked_position(engine, meta, read.offset)
     engine.renew(meta)
     binary = is_binary(meta.content_type)
     headers = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+    headers.update({k.decode(): v.decode() for k, v in SECURITY_HEADERS})
     if binary:
         headers["stream-sse-data-encoding"] = "base64"
     return EventSourceResponse(

@@ -2,34 +2,42 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.types import Send
 
 from app.protocol import reads, sse, writes
 from app.protocol.engine import Engine
-from app.protocol.errors import ProtocolError, render_error
+from app.protocol.errors import ProtocolError, error_reply, render_error
+from app.protocol.http import Call, Reply, send_reply
 from app.protocol.target import StreamTarget
 
-METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"]
-ALLOWED = ", ".join(METHODS)
+ALLOWED = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 
 
-async def handle_stream(engine: Engine, request: Request, target: StreamTarget) -> Response:
+async def serve_stream(engine: Engine, call: Call, target: StreamTarget, send: Send) -> None:
+    method = call.method
     try:
-        method = request.method
-        if method == "POST":
-            return await writes.append(engine, request, target)
         if method == "GET":
-            read = reads.parse_read(request)
+            read = reads.parse_read(call)
             if read.live == "sse":
-                return await sse.sse(engine, request, target, read)
-            return await reads.get(engine, request, target, read)
-        if method == "HEAD":
-            return await reads.head(engine, request, target)
-        if method == "PUT":
-            return await writes.create(engine, request, target)
-        if method == "DELETE":
-            return await writes.delete(engine, request, target)
-        return Response(status_code=204, headers={"allow": ALLOWED})
+                await sse.sse(engine, target, read)(call.scope, call.receive, send)
+                return
+            reply = await reads.get(engine, call, target, read)
+        else:
+            reply = await _dispatch(engine, call, target, method)
     except ProtocolError as exc:
-        return render_error(exc)
+        reply = render_error(exc)
+    await send_reply(send, reply, head_only=method == "HEAD")
+
+
+async def _dispatch(engine: Engine, call: Call, target: StreamTarget, method: str) -> Reply:
+    if method == "POST":
+        return await writes.append(engine, call, target)
+    if method == "HEAD":
+        return reads.head(engine, target)
+    if method == "PUT":
+        return await writes.create(engine, call, target)
+    if method == "DELETE":
+        return await writes.delete(engine, target)
+    if method == "OPTIONS":
+        return Reply(204, {"allow": ALLOWED})
+    return error_reply(405, "method_not_allowed", f"{method} is not supported here", {"allow": ALLOWED})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from app.protocol.errors import bad_request
@@ -27,7 +28,9 @@ class StreamTarget:
         return name
 
 
+@lru_cache(maxsize=65536)
 def validate_stream_id(name: str, *, reserved: tuple[str, ...] = ()) -> None:
+    """Raises a 400 ProtocolError for a bad id; good ids are remembered (this runs per request)."""
     if not name:
         raise bad_request("stream id is empty", "invalid_stream_id")
     if len(name.encode()) > MAX_STREAM_ID_BYTES:

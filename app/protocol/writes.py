@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from app.protocol.bodies import json_record, read_body
 from app.protocol.engine import Engine
 from app.protocol.errors import ProtocolError, bad_request
@@ -17,6 +14,7 @@ from app.protocol.headers import (
     parse_sub_offset,
     parse_ttl,
 )
+from app.protocol.http import Call, Reply
 from app.protocol.offsets import parse_position
 from app.protocol.responses import raise_for, write_headers
 from app.protocol.target import StreamTarget
@@ -36,8 +34,8 @@ def _touched(engine: Engine, target: StreamTarget) -> int:
     return engine.touched(meta.sid) if meta else 0
 
 
-async def create(engine: Engine, request: Request, target: StreamTarget) -> Response:
-    h = request.headers
+async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
+    h = call.headers
     ttl = parse_ttl(h.get("stream-ttl"))
     expires_at = parse_expires_at(h.get("stream-expires-at"))
     if ttl is not None and expires_at is not None:
@@ -59,7 +57,7 @@ async def create(engine: Engine, request: Request, target: StreamTarget) -> Resp
         is_json = source is not None and source.json
     else:
         is_json = media_type(content_type or DEFAULT_CONTENT_TYPE) == JSON
-    body = await read_body(request, engine.limits.max_body_bytes)
+    body = await read_body(call, engine.limits.max_body_bytes)
     if body and is_json:
         body = json_record(body, allow_empty=True)
     outcome = await engine.submit(
@@ -84,17 +82,17 @@ async def create(engine: Engine, request: Request, target: StreamTarget) -> Resp
     headers = write_headers(outcome)
     headers["content-type"] = meta.content_type if meta else content_type or DEFAULT_CONTENT_TYPE
     if outcome.code is Code.CREATED:
-        headers["location"] = str(request.url.replace(query=""))
-        return Response(status_code=201, headers=headers)
-    return Response(status_code=200, headers=headers)
+        headers["location"] = call.url()
+        return Reply(201, headers)
+    return Reply(200, headers)
 
 
-async def append(engine: Engine, request: Request, target: StreamTarget) -> Response:
-    h = request.headers
+async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
+    h = call.headers
     producer = parse_producer(h)
     close = parse_flag(h, "stream-closed")
     stream_seq = parse_stream_seq(h.get("stream-seq"))
-    body = await read_body(request, engine.limits.max_body_bytes)
+    body = await read_body(call, engine.limits.max_body_bytes)
     content_type = h.get("content-type")
     if body:
         if content_type is None:
@@ -117,11 +115,11 @@ async def append(engine: Engine, request: Request, target: StreamTarget) -> Resp
         )
     )
     raise_for(outcome)
-    return Response(status_code=200 if outcome.fresh_producer else 204, headers=write_headers(outcome))
+    return Reply(200 if outcome.fresh_producer else 204, write_headers(outcome))
 
 
-async def delete(engine: Engine, request: Request, target: StreamTarget) -> Response:
+async def delete(engine: Engine, target: StreamTarget) -> Reply:
     _require_bucket(engine, target)
     outcome = await engine.submit(DeleteStream(target.bucket, target.name, touched=_touched(engine, target)))
     raise_for(outcome)
-    return Response(status_code=204)
+    return Reply(204)

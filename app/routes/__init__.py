@@ -1,1 +1,58 @@
-"""HTTP route families: thin adapters that name a stream and hand the request to the protocol core."""
+"""Route families: thin adapters that name a stream and hand the request to the protocol core.
+
+Stream paths are matched by prefix here, ahead of Starlette's router, so the
+hot path pays for no framework machinery; everything else falls through to
+the Starlette application.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.types import Message, Receive, Scope, Send
+
+from app.protocol.buckets import serve_bucket
+from app.protocol.errors import ProtocolError, render_error
+from app.protocol.http import SECURITY_HEADERS, Call, send_reply
+from app.protocol.streams import serve_stream
+from app.routes import compat, ds, legacy
+
+_BUILTIN = (compat.family, legacy.family)
+_PREFIXES = (ds.PREFIX, compat.family.prefix, legacy.family.prefix)
+
+
+class StreamRoutes:
+    def __init__(self, fallback: Starlette) -> None:
+        self.fallback = fallback
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.fallback(scope, receive, send)
+            return
+        if not scope["path"].startswith(_PREFIXES):
+            await self.fallback(scope, receive, _with_security_headers(send))
+            return
+        call = Call.from_scope(scope, receive)
+        engine = self.fallback.state.engine
+        path = call.path
+        try:
+            if path.startswith(ds.PREFIX):
+                target = ds.target(path)
+                if isinstance(target, str):
+                    await serve_bucket(engine, call, target, send)
+                    return
+            else:
+                family = next(f for f in _BUILTIN if path.startswith(f.prefix))
+                target = family.target(path)
+        except ProtocolError as exc:
+            await send_reply(send, render_error(exc), head_only=call.method == "HEAD")
+            return
+        await serve_stream(engine, call, target, send)
+
+
+def _with_security_headers(send: Send) -> Send:
+    async def sender(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+        await send(message)
+
+    return sender

@@ -236,7 +236,8 @@ class StateMachine(StreamReader):
                 outcome.producer_epoch, outcome.producer_seq = cmd.producer.epoch, cmd.producer.seq
             return outcome
         if cmd.body:
-            if cmd.content_type is not None and media_type(cmd.content_type) != media_type(meta.content_type):
+            ct = cmd.content_type
+            if ct is not None and ct != meta.content_type and media_type(ct) != media_type(meta.content_type):
                 return self._stream_outcome(Code.CONTENT_TYPE_MISMATCH, meta, "content type does not match the stream")
             if cmd.stream_seq is not None:
                 if meta.stream_seq is not None and cmd.stream_seq <= meta.stream_seq:
