@@ -1,0 +1,31 @@
+# `make run` installs into .venv and starts one node; `make test` installs everything and runs the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONFORMANCE := tests/conformance
+
+.PHONY: run test install bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(CONFORMANCE)/node_modules/.installed: $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.json
+	cd $(CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/rill serve
+
+test: install $(CONFORMANCE)/node_modules/.installed
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python -m benchmarks.append
+
+clean:
+	rm -rf $(VENV) $(CONFORMANCE)/node_modules
