@@ -1,0 +1,103 @@
+"""Append throughput of one durable node: `python -m benchmarks.append [--seconds N] [--data-dir DIR]`.
+
+Starts `rill serve` pinned to one core, creates 100 streams, and drives
+256-byte appends over 32 keep-alive connections with wrk pinned to the other
+core. Prints appends/s and latency percentiles, and the data disk's fsync
+latency measured in the same run, since a durable append cannot beat it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.server import free_port
+
+LUA = """
+local body = string.rep("x", {size})
+request = function()
+  local s = math.random(0, {streams} - 1)
+  return wrk.format("POST", "/v1/stream/bench-" .. s, {{["Content-Type"] = "application/octet-stream"}}, body)
+end
+"""
+
+
+def fsync_latency_ms(directory: Path, rounds: int = 200) -> tuple[float, float]:
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    samples = []
+    try:
+        for _ in range(rounds):
+            os.write(fd, b"x" * 512)
+            start = time.perf_counter()
+            os.fdatasync(fd)
+            samples.append((time.perf_counter() - start) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--data-dir", type=Path, help="where the node keeps its data (default: a temp dir)")
+    args = parser.parse_args()
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        sys.exit("wrk is not installed (Debian: apt-get install wrk)")
+    cpus = os.cpu_count() or 1
+    pin = cpus >= 2 and shutil.which("taskset") is not None
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = args.data_dir or Path(tmp) / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fsync_p50, fsync_p99 = fsync_latency_ms(data_dir)
+        port = free_port()
+        cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--data-dir", str(data_dir)]
+        server = subprocess.Popen((["taskset", "-c", "0"] if pin else []) + cmd, stdout=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            for _ in range(200):
+                try:
+                    httpx.get(url + "/healthz", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+            for i in range(args.streams):
+                httpx.put(f"{url}/v1/stream/bench-{i}", headers={"content-type": "application/octet-stream"})
+            script = Path(tmp) / "append.lua"
+            script.write_text(LUA.format(size=args.size, streams=args.streams))
+            load = [wrk, "-t1", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s", str(script), url]
+            out = subprocess.run((["taskset", "-c", "1"] if pin else []) + load, capture_output=True, text=True).stdout
+        finally:
+            server.terminate()
+            server.wait(10)
+
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    print(f"machine: {cpus} cores, load {os.getloadavg()[0]:.2f}; server pinned to cpu 0, wrk to cpu 1: {pin}")
+    print(f"disk fsync (fdatasync, 512 B): p50 {fsync_p50:.2f} ms, p99 {fsync_p99:.2f} ms")
+    print(f"appends: {args.size} B to {args.streams} streams over {args.connections} connections, {args.seconds} s")
+    print(f"throughput: {rate:,.0f} appends/s; errors: {errors.group(1) if errors else 0}")
+    for pct in ("50%", "90%", "99%"):
+        value = re.search(rf"{pct}\s+([\d.]+\w+)", out)
+        print(f"latency p{pct[:-1]}: {value.group(1) if value else '?'}")
+
+
+if __name__ == "__main__":
+    main()
