@@ -7,7 +7,7 @@ ten thousand appends a second they cost more than the append itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from starlette.types import Receive, Scope, Send
 
@@ -44,7 +44,10 @@ class Call:
         if host is None:
             server = self.scope.get("server") or ("127.0.0.1", 80)
             host = f"{server[0]}:{server[1]}"
-        return f"{self.scope.get('scheme', 'http')}://{host}{self.scope.get('root_path', '')}{self.path}"
+        # The path as the client sent it (percent-encoded), so the header stays ASCII.
+        raw = self.scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else quote(self.path)
+        return f"{self.scope.get('scheme', 'http')}://{host}{path}"
 
 
 @dataclass(slots=True)

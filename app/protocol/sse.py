@@ -67,6 +67,7 @@ def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventSourceR
         headers=headers,
         media_type=None,
         ping=engine.limits.sse_ping_seconds,
+        sep="\n",
     )
 
 

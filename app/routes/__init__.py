@@ -7,14 +7,19 @@ the Starlette application.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
 
 from app.protocol.buckets import serve_bucket
-from app.protocol.errors import ProtocolError, render_error
+from app.protocol.errors import ProtocolError, error_reply, render_error
 from app.protocol.http import SECURITY_HEADERS, Call, send_reply
 from app.protocol.streams import serve_stream
 from app.routes import compat, ds, legacy
+
+log = logging.getLogger("rill.http")
 
 _BUILTIN = (compat.family, legacy.family)
 _PREFIXES = (ds.PREFIX, compat.family.prefix, legacy.family.prefix)
@@ -31,6 +36,15 @@ class StreamRoutes:
         if not scope["path"].startswith(_PREFIXES):
             await self.fallback(scope, receive, _with_security_headers(send))
             return
+        try:
+            await self._serve(scope, receive, send)
+        except Exception:
+            # Never a bare 500: log it and answer in the protocol's error shape if we still can.
+            log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            with contextlib.suppress(Exception):
+                await send_reply(send, error_reply(500, "internal_error", "internal server error"))
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = Call.from_scope(scope, receive)
         engine = self.fallback.state.engine
         path = call.path
