@@ -96,12 +96,14 @@ def test_kill_dash_nine_keeps_every_acknowledged_write(tmp_path: Path) -> None:
     with httpx.Client(base_url=server.url, timeout=5) as client:
         for w in writers:
             assert client.put(f"/v1/stream/{w.name}", headers={"content-type": "text/plain"}).status_code == 201
-        assert client.put("/v1/stream/closed-one", headers={"content-type": "text/plain"}, content=b"x").status_code == 201
+        assert (
+            client.put("/v1/stream/closed-one", headers={"content-type": "text/plain"}, content=b"x").status_code == 201
+        )
         assert client.post("/v1/stream/closed-one", headers={"stream-closed": "true"}).status_code == 204
         assert client.put("/v1/stream/deleted-one", headers={"content-type": "text/plain"}).status_code == 201
         assert client.delete("/v1/stream/deleted-one").status_code == 204
 
-    for cycle in range(3):
+    for _ in range(3):
         _run_writers(server, writers, seconds=0.5 + random.random())
         server = RillProcess(data_dir, server.port).start()
         with httpx.Client(base_url=server.url, timeout=5) as client:

@@ -42,10 +42,7 @@ def json_record(body: bytes, *, allow_empty: bool) -> bytes:
     """
     try:
         stripped = body.strip()
-        if stripped.startswith(b"["):
-            messages = _raw_list.decode(stripped)
-        else:
-            messages = [_raw.decode(stripped)]
+        messages = _raw_list.decode(stripped) if stripped.startswith(b"[") else [_raw.decode(stripped)]
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise bad_request(f"invalid JSON: {exc}", "invalid_json") from None
     if not messages and not allow_empty:

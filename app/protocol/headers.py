@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
-
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from app.protocol.errors import bad_request
 from app.state_machine.commands import Producer

@@ -296,9 +296,7 @@ class RaftCore:
         nxt = max(self.next[peer], self.offset + 1)
         prev = nxt - 1
         entries = self.slice(nxt, min(self.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE))
-        self.outbox.append(
-            AppendEntries(self.term, self.id, peer, prev, self.term_at(prev) or 0, entries, self.commit)
-        )
+        self.outbox.append(AppendEntries(self.term, self.id, peer, prev, self.term_at(prev) or 0, entries, self.commit))
         # Optimistic: pipeline the next batch without waiting for this one's answer.
         self.next[peer] = nxt + len(entries)
 

@@ -159,7 +159,7 @@ class RaftNode:
 
     def _apply(self, entries: list[Entry]) -> None:
         results = self.machine.apply(entries)
-        for entry, result in zip(entries, results):
+        for entry, result in zip(entries, results, strict=True):
             waiter = self._waiters.pop(entry.index, None)
             if waiter is None:
                 continue

@@ -19,7 +19,9 @@ LONG_POLL_SECONDS = 2
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RillProcess]:
-    rill = RillProcess(tmp_path_factory.mktemp("conformance") / "data", None, "--long-poll-timeout", str(LONG_POLL_SECONDS))
+    rill = RillProcess(
+        tmp_path_factory.mktemp("conformance") / "data", None, "--long-poll-timeout", str(LONG_POLL_SECONDS)
+    )
     rill.start()
     assert httpx.put(rill.url + "/ds/conformance").status_code in (200, 201)
     yield rill

@@ -4,40 +4,18 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.server import RillProcess
+from tests.http.helpers import TEXT, assert_error
 
-TEXT = {"content-type": "text/plain"}
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 OFFSET = re.compile(r"^\d{16}_\d{16}$")
 
 
-def assert_error(resp: httpx.Response, status: int) -> dict[str, str]:
-    """An error response: the status, `application/json`, and exactly {"error": {"code": str, "message": str}}."""
-    assert resp.status_code == status, (resp.status_code, resp.text)
-    assert resp.headers.get("content-type") == "application/json", resp.headers
-    body = resp.json()
-    assert set(body) == {"error"}, body
-    err = body["error"]
-    assert {"code", "message"} <= set(err), err
-    assert isinstance(err["code"], str) and err["code"], err
-    assert isinstance(err["message"], str) and err["message"], err
-    return err
-
-
 def new_bucket() -> str:
     return "b-" + uuid.uuid4().hex[:16]
-
-
-@pytest.fixture(scope="module")
-def client(rill: RillProcess) -> Iterator[httpx.Client]:
-    """Overrides the per-test `client` from conftest: same server, one connection pool per module (fast)."""
-    with httpx.Client(base_url=rill.url, timeout=10) as c:
-        yield c
 
 
 @pytest.fixture()

@@ -11,15 +11,14 @@ import json
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
+from tests.http.helpers import TEXT, assert_error, uid
 from tests.server import RillProcess
 
-TEXT = {"content-type": "text/plain"}
 JSON_CT = {"content-type": "application/json"}
 BINARY = {"content-type": "application/octet-stream"}
 OFFSET = re.compile(r"^\d{16}_\d{16}$")
@@ -29,19 +28,6 @@ FAMILIES = ["ds", "legacy", "compat"]
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
-
-
-def assert_error(resp: httpx.Response, status: int) -> dict[str, str]:
-    """An error response: the status, `application/json`, and exactly {"error": {"code": str, "message": str}}."""
-    assert resp.status_code == status, (resp.status_code, resp.text)
-    assert resp.headers.get("content-type") == "application/json", resp.headers
-    body = resp.json()
-    assert set(body) == {"error"}, body
-    err = body["error"]
-    assert {"code", "message"} <= set(err), err
-    assert isinstance(err["code"], str) and err["code"], err
-    assert isinstance(err["message"], str) and err["message"], err
-    return err
 
 
 def assert_get_error(client: httpx.Client, url: str, status: int) -> None:
@@ -73,23 +59,10 @@ def producer(pid: str, epoch: int | str, seq: int | str) -> dict[str, str]:
     return {"producer-id": pid, "producer-epoch": str(epoch), "producer-seq": str(seq)}
 
 
-def uid() -> str:
-    return uuid.uuid4().hex[:16]
-
-
-def create(
-    client: httpx.Client, path: str, body: bytes = b"", headers: dict[str, str] | None = None
-) -> httpx.Response:
+def create(client: httpx.Client, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> httpx.Response:
     resp = client.put(path, headers=TEXT if headers is None else headers, content=body)
     assert resp.status_code == 201, resp.text
     return resp
-
-
-@pytest.fixture(scope="module")
-def client(rill: RillProcess) -> Iterator[httpx.Client]:
-    """Overrides the per-test `client` from conftest: same server, one connection pool per module (fast)."""
-    with httpx.Client(base_url=rill.url, timeout=10) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

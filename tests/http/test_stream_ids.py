@@ -2,39 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from tests.http.helpers import TEXT, assert_error, uid
 from tests.server import RillProcess
-
-TEXT = {"content-type": "text/plain"}
-
-
-def assert_error(resp: httpx.Response, status: int) -> dict[str, str]:
-    """An error response: the status, `application/json`, and exactly {"error": {"code": str, "message": str}}."""
-    assert resp.status_code == status, (resp.status_code, resp.text)
-    assert resp.headers.get("content-type") == "application/json", resp.headers
-    body = resp.json()
-    assert set(body) == {"error"}, body
-    err = body["error"]
-    assert {"code", "message"} <= set(err), err
-    assert isinstance(err["code"], str) and err["code"], err
-    assert isinstance(err["message"], str) and err["message"], err
-    return err
-
-
-def uid() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-@pytest.fixture(scope="module")
-def client(rill: RillProcess) -> Iterator[httpx.Client]:
-    """Overrides the per-test `client` from conftest: same server, one connection pool per module (fast)."""
-    with httpx.Client(base_url=rill.url, timeout=10) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +51,7 @@ def test_ids_with_slashes_work(client: httpx.Client, base: str) -> None:
 
 
 def test_id_of_exactly_1_kib_is_accepted(client: httpx.Client, base: str) -> None:
-    name = uid() + "x" * (1024 - 12)
+    name = uid() + "x" * (1024 - len(uid()))
     assert len(name.encode()) == 1024
     assert client.put(base + name, headers=TEXT, content=b"ok").status_code == 201
     assert client.get(base + name).content == b"ok"
