@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.config import Settings
 from app.protocol.engine import Engine, Limits
 from app.protocol.errors import error_body
+from app.protocol.http import with_security_headers
 from app.protocol.live import Signals
 from app.raft import log_store
 from app.raft.log_store import LogStore
@@ -125,7 +126,7 @@ def create_app(settings: Settings) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         # Only browser requests carry Origin; the rest skip the CORS wrapper's per-message work.
         if scope["type"] == "http" and any(name == b"origin" for name, _ in scope["headers"]):
-            await cors(scope, receive, send)
+            await cors(scope, receive, with_security_headers(send))
         else:
             await routes(scope, receive, send)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from app.protocol.errors import ProtocolError, bad_request
+from app.protocol.headers import parse_uint
 from app.protocol.http import Call
 
 _raw = msgspec.json.Decoder(msgspec.Raw)
@@ -12,8 +13,8 @@ _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 async def read_body(call: Call, limit: int) -> bytes:
-    declared = call.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = parse_uint(call.headers.get("content-length"))
+    if declared is not None and declared > limit:
         raise _too_large(limit)
     parts: list[bytes] = []
     size = 0

@@ -9,7 +9,7 @@ from starlette.types import Send
 
 from app.protocol.engine import Engine, now_ms
 from app.protocol.errors import ProtocolError, bad_request, error_reply, render_error
-from app.protocol.headers import format_expires_at, single_query
+from app.protocol.headers import format_expires_at, parse_uint, single_query
 from app.protocol.http import Call, Reply, send_reply
 from app.protocol.offsets import format_offset
 from app.protocol.responses import NO_STORE, raise_for
@@ -55,10 +55,9 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
     params = call.query
     prefix = single_query(params, "prefix") or ""
     after = single_query(params, "after") or ""
-    raw_limit = single_query(params, "limit") or "100"
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
+    limit = parse_uint(single_query(params, "limit") or "100")
+    if limit is None or not 1 <= limit <= 1000:
         raise bad_request("limit must be an integer from 1 to 1000", "invalid_limit")
-    limit = int(raw_limit)
     now = now_ms()
     streams = []
     has_more = False

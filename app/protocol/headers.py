@@ -12,9 +12,17 @@ from app.state_machine.commands import Producer
 MAX_SAFE_INTEGER = 2**53 - 1
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
-_DECIMAL = re.compile(r"0|[1-9][0-9]*")
-_DIGITS = re.compile(r"[0-9]+")
+# Bounded lengths: Python refuses to convert very long digit strings, and nothing here needs more.
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,15}")
+_DIGITS = re.compile(r"[0-9]{1,16}")
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def parse_uint(value: str | None) -> int | None:
+    """A plain ASCII decimal of at most 16 digits, or None."""
+    if value is None or not _DIGITS.fullmatch(value):
+        return None
+    return int(value)
 
 
 def parse_ttl(value: str | None) -> int | None:
@@ -34,7 +42,13 @@ def parse_expires_at(value: str | None) -> int | None:
         moment = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
     except ValueError:
         raise bad_request("Stream-Expires-At is not a valid date", "invalid_expires_at") from None
-    return int(moment.timestamp() * 1000)
+    ms = int(moment.timestamp() * 1000)
+    if not 0 <= ms <= _LATEST_EXPIRY_MS:
+        raise bad_request("Stream-Expires-At must be between 1970 and 9999 (UTC)", "invalid_expires_at")
+    return ms
+
+
+_LATEST_EXPIRY_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
 
 
 def format_expires_at(ms: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 # Browser security headers the protocol recommends on every response.
 SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cross-origin-resource-policy", b"cross-origin")]
@@ -55,6 +55,20 @@ class Reply:
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+
+
+def with_security_headers(send: Send) -> Send:
+    """Wraps `send` so responses made elsewhere (Starlette, CORS preflights) carry the security headers."""
+
+    async def sender(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            if not any(name == b"x-content-type-options" for name, _ in headers):
+                headers += SECURITY_HEADERS
+            message["headers"] = headers
+        await send(message)
+
+    return sender
 
 
 _NAMES: dict[str, bytes] = {}

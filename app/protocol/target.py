@@ -22,7 +22,10 @@ class StreamTarget:
 
     def resolve(self, reference: str) -> str:
         """A stream id from a path (or URL) in the same family, e.g. Stream-Forked-From."""
-        path = urlsplit(reference).path if "://" in reference else reference
+        try:
+            path = urlsplit(reference).path if "://" in reference else reference
+        except ValueError:
+            raise bad_request("Stream-Forked-From is not a valid path or URL", "invalid_fork") from None
         name = path[len(self.base) :] if path.startswith(self.base) else path.lstrip("/")
         validate_stream_id(name)
         return name

@@ -11,11 +11,11 @@ import contextlib
 import logging
 
 from starlette.applications import Starlette
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from app.protocol.buckets import serve_bucket
 from app.protocol.errors import ProtocolError, error_reply, render_error
-from app.protocol.http import SECURITY_HEADERS, Call, send_reply
+from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
 from app.routes import compat, ds, legacy
 
@@ -34,7 +34,7 @@ class StreamRoutes:
             await self.fallback(scope, receive, send)
             return
         if not scope["path"].startswith(_PREFIXES):
-            await self.fallback(scope, receive, _with_security_headers(send))
+            await self.fallback(scope, receive, with_security_headers(send))
             return
         try:
             await self._serve(scope, receive, send)
@@ -61,12 +61,3 @@ class StreamRoutes:
             await send_reply(send, render_error(exc), head_only=call.method == "HEAD")
             return
         await serve_stream(engine, call, target, send)
-
-
-def _with_security_headers(send: Send) -> Send:
-    async def sender(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
-        await send(message)
-
-    return sender
