@@ -245,8 +245,15 @@ def test_protocol_flows_conform(seeded: str) -> None:
     api("POST", COMPAT, j, 400, body=[], media_type="application/json")
     api("PUT", COMPAT, j, 409, body="x", media_type="text/plain")
     b = {"path": f"flow-{u}/bin"}
-    api("PUT", COMPAT, b, 201, headers={"Stream-TTL": "3600", "Stream-Closed": "true"}, body=b"\x00\xff",
-        media_type="application/octet-stream")
+    api(
+        "PUT",
+        COMPAT,
+        b,
+        201,
+        headers={"Stream-TTL": "3600", "Stream-Closed": "true"},
+        body=b"\x00\xff",
+        media_type="application/octet-stream",
+    )
     assert header(api("HEAD", COMPAT, b, 200), "stream-ttl") == "3600"
     sse = api("GET", COMPAT, b, 200, query={"offset": "-1", "live": "sse"})
     assert header(sse, "stream-sse-data-encoding") == "base64"
@@ -281,8 +288,14 @@ KNOWN_BUGS = [
     pytest.param(
         # CORS preflights are answered by CORSMiddleware, which wraps the router that adds the
         # security headers: no X-Content-Type-Options / Cross-Origin-Resource-Policy.
-        [("OPTIONS", COMPAT, {"path": "bug-{u}"}, {"headers": {"Origin": "https://example.com",
-                                                                "Access-Control-Request-Method": "GET"}})],
+        [
+            (
+                "OPTIONS",
+                COMPAT,
+                {"path": "bug-{u}"},
+                {"headers": {"Origin": "https://example.com", "Access-Control-Request-Method": "GET"}},
+            )
+        ],
         id="preflight-lacks-security-headers",
     ),
     pytest.param(

@@ -116,8 +116,8 @@ class StateMachine(StreamReader):
     def _delete_bucket(self, cmd: DeleteBucket, now: int) -> Outcome:
         if cmd.bucket not in self.buckets or cmd.bucket in BUILTIN_BUCKETS:
             return Outcome(Code.BUCKET_NOT_FOUND)
-        for meta in list(self.bucket_streams(cmd.bucket)):
-            self._live(meta.bucket, meta.name, now)
+        for bucket, name in [key for key in self.names if key[0] == cmd.bucket]:
+            self._live(bucket, name, now)
         if any(b == cmd.bucket for b, _ in self.names):
             return Outcome(Code.BUCKET_NOT_EMPTY, "the bucket still holds streams")
         del self.buckets[cmd.bucket]
@@ -222,7 +222,7 @@ class StateMachine(StreamReader):
         producer_state = None
         if cmd.producer is not None:
             pkey = r.producer_key(meta.sid, cmd.producer.id)
-            raw = self.kv.get(r.PRODUCERS, pkey)
+            raw = self.staged.get((r.PRODUCERS, pkey)) or self.kv.get(r.PRODUCERS, pkey)
             producer_state = r.decode_producer(raw) if raw else None
             verdict = judge(producer_state, cmd.producer)
             if verdict is not Verdict.ACCEPT:
@@ -230,11 +230,10 @@ class StateMachine(StreamReader):
         if meta.closed:
             if cmd.body:
                 return self._stream_outcome(Code.STREAM_CLOSED, meta, "stream is closed")
-            # Closing a closed stream is idempotent and changes nothing.
-            outcome = self._stream_outcome(Code.APPENDED, meta)
-            if cmd.producer is not None:
-                outcome.producer_epoch, outcome.producer_seq = cmd.producer.epoch, cmd.producer.seq
-            return outcome
+            # Closing a closed stream is idempotent: it only renews the TTL and takes the producer's seq.
+            meta.touched_at = now
+            self._dirty.add(meta.sid)
+            return self._record_producer(cmd.producer, meta, self._stream_outcome(Code.APPENDED, meta))
         if cmd.body:
             ct = cmd.content_type
             if ct is not None and ct != meta.content_type and media_type(ct) != media_type(meta.content_type):
@@ -249,14 +248,22 @@ class StateMachine(StreamReader):
         meta.touched_at = now
         self._dirty.add(meta.sid)
         self._changed.add(meta.sid)
-        outcome = self._stream_outcome(Code.APPENDED, meta)
-        if cmd.producer is not None:
-            p = cmd.producer
-            state = r.ProducerState(p.epoch, p.seq, meta.tail)
-            self._batch.put(r.PRODUCERS, r.producer_key(meta.sid, p.id), r.encode(state))
-            outcome.producer_epoch, outcome.producer_seq = p.epoch, p.seq
-            outcome.fresh_producer = bool(cmd.body)
+        outcome = self._record_producer(cmd.producer, meta, self._stream_outcome(Code.APPENDED, meta))
+        outcome.fresh_producer = cmd.producer is not None and bool(cmd.body)
         return outcome
+
+    def _record_producer(self, p: Producer | None, meta: r.StreamMeta, outcome: Outcome) -> Outcome:
+        if p is not None:
+            self._stage(
+                r.PRODUCERS, r.producer_key(meta.sid, p.id), r.encode(r.ProducerState(p.epoch, p.seq, meta.tail))
+            )
+            outcome.producer_epoch, outcome.producer_seq = p.epoch, p.seq
+        return outcome
+
+    def _stage(self, cf: str, key: bytes, value: bytes) -> None:
+        """Writes into the batch and keeps it readable by later entries of the same batch."""
+        self._batch.put(cf, key, value)
+        self.staged[(cf, key)] = value
 
     def _producer_rejection(
         self, verdict: Verdict, meta: r.StreamMeta, state: r.ProducerState | None, p: Producer
@@ -328,10 +335,7 @@ class StateMachine(StreamReader):
                     self._remove(source)
 
     def _write_record(self, meta: r.StreamMeta, body: bytes, now: int) -> None:
-        key = r.data_key(meta.sid, meta.tail)
-        self._batch.put(r.DATA, key, r.encode_record(now, body))
-        # Reads within this batch must see it: stage it for the reader too.
-        self.staged[key] = body
+        self._stage(r.DATA, r.data_key(meta.sid, meta.tail), r.encode_record(now, body))
         meta.tail += len(body)
 
     def _stream_outcome(self, code: Code, meta: r.StreamMeta, message: str = "") -> Outcome:

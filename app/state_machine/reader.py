@@ -41,8 +41,8 @@ class StreamReader:
         self.kv = kv
         self.streams: dict[int, r.StreamMeta] = {}
         self.names: dict[tuple[str, str], int] = {}
-        # Records written by the apply batch in progress, not yet in the KV.
-        self.staged: dict[bytes, bytes] = {}
+        # Writes of the apply batch in progress, not yet in the KV: (cf, key) -> value.
+        self.staged: dict[tuple[str, bytes], bytes] = {}
 
     def lookup(self, bucket: str, name: str) -> r.StreamMeta | None:
         sid = self.names.get((bucket, name))
@@ -62,10 +62,7 @@ class StreamReader:
 
     def _record(self, sid: int, pos: int) -> bytes | None:
         key = r.data_key(sid, pos)
-        value = self.staged.get(key)
-        if value is not None:
-            return value
-        raw = self.kv.get(r.DATA, key)
+        raw = self.staged.get((r.DATA, key)) or self.kv.get(r.DATA, key)
         return None if raw is None else bytes(r.record_payload(raw))
 
     def _owner(self, meta: r.StreamMeta, pos: int) -> r.StreamMeta:

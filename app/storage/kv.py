@@ -11,28 +11,28 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# One batch operation: (column family, key, value); value None means delete.
-Op = tuple[str, bytes, bytes | None]
+PUT, DELETE, DELETE_RANGE = 0, 1, 2
+# One batch operation: (kind, column family, key, value or range end); applied in order.
+Op = tuple[int, str, bytes, bytes | None]
 
 
 @dataclass
 class Batch:
-    """Writes that land together or not at all."""
+    """Writes that land together or not at all, in the order they were made."""
 
     ops: list[Op] = field(default_factory=list)
-    ranges: list[tuple[str, bytes, bytes]] = field(default_factory=list)  # applied before ops
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
-        self.ops.append((cf, key, value))
+        self.ops.append((PUT, cf, key, value))
 
     def delete(self, cf: str, key: bytes) -> None:
-        self.ops.append((cf, key, None))
+        self.ops.append((DELETE, cf, key, None))
 
     def delete_range(self, cf: str, start: bytes, end: bytes) -> None:
-        self.ranges.append((cf, start, end))
+        self.ops.append((DELETE_RANGE, cf, start, end))
 
     def __len__(self) -> int:
-        return len(self.ops) + len(self.ranges)
+        return len(self.ops)
 
 
 class KV(Protocol):
@@ -83,22 +83,23 @@ class MemoryKV:
         return found, self._data[cf][found]
 
     def write(self, batch: Batch, sync: bool = False) -> None:
-        for cf, start, end in batch.ranges:
-            keys = self._keys[cf]
-            lo, hi = bisect.bisect_left(keys, start), bisect.bisect_left(keys, end)
-            for key in keys[lo:hi]:
-                del self._data[cf][key]
-            del keys[lo:hi]
-        for cf, key, value in batch.ops:
+        for kind, cf, key, value in batch.ops:
             data, keys = self._data[cf], self._keys[cf]
-            if value is None:
+            if kind == PUT:
+                assert value is not None
+                if key not in data:
+                    bisect.insort(keys, key)
+                data[key] = value
+            elif kind == DELETE:
                 if key in data:
                     del data[key]
                     keys.pop(bisect.bisect_left(keys, key))
             else:
-                if key not in data:
-                    bisect.insort(keys, key)
-                data[key] = value
+                assert value is not None
+                lo, hi = bisect.bisect_left(keys, key), bisect.bisect_left(keys, value)
+                for doomed in keys[lo:hi]:
+                    del data[doomed]
+                del keys[lo:hi]
 
     def delete_range(self, cf: str, start: bytes, end: bytes, sync: bool = False) -> None:
         batch = Batch()

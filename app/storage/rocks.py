@@ -7,7 +7,7 @@ from pathlib import Path
 
 import rocksdict
 
-from app.storage.kv import Batch
+from app.storage.kv import DELETE, PUT, Batch
 
 
 def _options() -> rocksdict.Options:
@@ -54,13 +54,13 @@ class RocksKV:
     def write(self, batch: Batch, sync: bool = False) -> None:
         wb = rocksdict.WriteBatch(raw_mode=True)
         handles = self._handles
-        for cf, start, end in batch.ranges:
-            wb.delete_range(start, end, handles[cf])
-        for cf, key, value in batch.ops:
-            if value is None:
+        for kind, cf, key, value in batch.ops:
+            if kind == PUT:
+                wb.put(key, value, handles[cf])
+            elif kind == DELETE:
                 wb.delete(key, handles[cf])
             else:
-                wb.put(key, value, handles[cf])
+                wb.delete_range(key, value, handles[cf])
         self._db.write(wb, self._sync if sync else self._nosync)
 
     def delete_range(self, cf: str, start: bytes, end: bytes, sync: bool = False) -> None:

@@ -1,0 +1,622 @@
+"""Stateful model test: the real StateMachine on MemoryKV against a tiny model of the protocol.
+
+The model knows streams as lists of records (bytes, or JSON messages), a closed
+flag, the last Stream-Seq, producer states, sliding TTL / absolute expiry, and
+fork links (a fork copies its source's records up to the fork point, plus an
+optional sub-offset prefix). It does not compute offsets: it learns them from
+the outcomes (`next_pos`) and only forks at boundaries it has learned.
+
+Streams with a TTL or expiry are never forked in this model (forks never get
+their own TTL either), so "expired" simply means "absent". Sliding TTLs are renewed
+by accepted appends and closes of an open stream, and by Touch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from app.raft.messages import Entry
+from app.state_machine import records as r
+from app.state_machine.commands import (
+    Append,
+    Code,
+    Command,
+    CreateBucket,
+    CreateStream,
+    DeleteStream,
+    Outcome,
+    Producer,
+    Touch,
+    encode_envelope,
+)
+from app.state_machine.machine import StateMachine
+from app.state_machine.reader import media_type
+from app.storage.kv import MemoryKV
+
+B = "b"
+T0 = 1_700_000_000_000
+NAMES = ["s0", "s1", "s2", "s3", "s4"]
+PIDS = ["pa", "pb"]
+STREAM_SEQS = ["a", "b", "c", "d"]
+TEXT_TYPES = ["text/plain", "Text/Plain; charset=utf-8"]
+JSON_TYPES = ["application/json", "application/json; charset=utf-8"]
+JSON_MT = "application/json"
+
+
+def dump(kv: MemoryKV) -> dict[str, list[tuple[bytes, bytes]]]:
+    return {cf: list(kv.scan(cf, b"")) for cf in r.COLUMN_FAMILIES}
+
+
+def encode_message(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+json_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-1000, 1000),
+    st.text(st.characters(exclude_categories=("Cs",)), max_size=4),
+    st.lists(st.integers(0, 9), max_size=2),
+    st.dictionaries(st.text("ab,", max_size=2), st.integers(0, 9), max_size=2),
+)
+# A stream name, or (an int) a pick among the streams that currently exist.
+targets = st.sampled_from([*NAMES, 0, 1, 2, 3, 4, 5, 6, 7])
+# A stream name, or "free": a name that holds no stream (if there is one).
+new_names = st.sampled_from([*NAMES, "free", "free"])
+# A producer request: (id, epoch, how to pick the seq). "next" continues the producer's
+# sequence in that epoch (0 in a new one), "dup" retries its last accepted request, an int is
+# taken as is.
+producers = st.one_of(
+    st.none(),
+    st.tuples(
+        st.sampled_from(PIDS),
+        st.sampled_from([0, 0, 1, 2]),
+        st.sampled_from(["next", "next", "next", "dup", "dup", 0, 1, 3]),
+    ),
+)
+
+
+# Records: bytes for byte streams, a list of encoded JSON messages for JSON streams.
+Record = bytes | list[bytes]
+
+
+@dataclass
+class MStream:
+    uid: int
+    sid: int
+    content_type: str
+    json: bool
+    records: list[Record]
+    bounds: list[int | None]  # start of each record, then the tail; None where not learned
+    closed: bool = False
+    stream_seq: str | None = None
+    producers: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # id -> (epoch, seq, next_pos)
+    ttl: int | None = None
+    expires_at: int | None = None
+    touched_at: int = 0
+    fork_of: int | None = None  # uid of the source
+    fork_offset: int = 0
+    fork_sub: int = 0
+    forks: int = 0
+    deleted: bool = False
+
+    @property
+    def tail(self) -> int:
+        tail = self.bounds[-1]
+        assert tail is not None
+        return tail
+
+    def expired(self, now: int) -> bool:
+        if self.deleted:
+            return False
+        if self.ttl is not None and now >= self.touched_at + self.ttl * 1000:
+            return True
+        return self.expires_at is not None and now >= self.expires_at
+
+    def content(self, start_record: int = 0) -> bytes:
+        """What a full read from record `start_record` returns (JSON: messages joined by commas)."""
+        if self.json:
+            return b",".join(m for rec in self.records[start_record:] for m in rec)  # type: ignore[union-attr]
+        return b"".join(self.records[start_record:])  # type: ignore[arg-type]
+
+
+def units(record: Record) -> int:
+    return len(record)
+
+
+def judge(state: tuple[int, int, int] | None, p: Producer) -> str:
+    """The protocol's producer rules (spec §12), written independently of app/state_machine/producers.py."""
+    if state is None:
+        return "accept" if p.seq == 0 else "gap"
+    epoch, seq, _ = state
+    if p.epoch < epoch:
+        return "stale"
+    if p.epoch > epoch:
+        return "accept" if p.seq == 0 else "bad_epoch_seq"
+    if p.seq <= seq:
+        return "duplicate"
+    return "accept" if p.seq == seq + 1 else "gap"
+
+
+class StreamsModel(RuleBasedStateMachine):
+    """Applies each command as its own entry, checks the outcome, then the invariants."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kv = MemoryKV(r.COLUMN_FAMILIES)
+        self.sm = StateMachine(self.kv)
+        self.now = T0
+        self.index = 0
+        self.log: list[Entry] = []
+        self.outcomes: list[Outcome | None] = []
+        self.model: dict[str, MStream] = {}
+        self.next_uid = 1
+        out = self.apply(CreateBucket(B))
+        assert out.code is Code.CREATED
+
+    # Plumbing
+
+    def apply(self, cmd: Command) -> Outcome:
+        self.index += 1
+        entry = Entry(1, self.index, encode_envelope(self.now, cmd))
+        self.log.append(entry)
+        (out,) = self.sm.apply([entry])
+        self.outcomes.append(out)
+        assert out is not None
+        return out
+
+    def pick(self, target: str | int) -> str:
+        if target == "free":
+            free = [n for n in NAMES if n not in self.model]
+            return free[0] if free else NAMES[-1]
+        if isinstance(target, str):
+            return target
+        present = sorted(self.model)
+        return present[target % len(present)] if present else NAMES[target % len(NAMES)]
+
+    def resolve(self, name: str) -> MStream | None:
+        """The model's view of a name at `now`: an expired stream is collected (it never has forks)."""
+        s = self.model.get(name)
+        if s is not None and s.expired(self.now):
+            assert s.forks == 0 and s.fork_of is None
+            self.remove(name)
+            return None
+        return s
+
+    def by_uid(self, uid: int) -> tuple[str, MStream]:
+        for name, s in self.model.items():
+            if s.uid == uid:
+                return name, s
+        raise AssertionError(f"source {uid} of a live fork is gone from the model")
+
+    def remove(self, name: str) -> None:
+        s = self.model[name]
+        if s.forks > 0:
+            s.deleted = True
+            return
+        del self.model[name]
+        if s.fork_of is not None:
+            src_name, src = self.by_uid(s.fork_of)
+            src.forks -= 1
+            if src.forks == 0 and src.deleted:
+                self.remove(src_name)
+
+    def new_stream(self, out: Outcome, **kw) -> MStream:
+        s = MStream(uid=self.next_uid, sid=out.sid, touched_at=self.now, **kw)
+        self.next_uid += 1
+        return s
+
+    def producer(self, s: MStream | None, spec: tuple[str, int, str | int] | None) -> Producer | None:
+        if spec is None:
+            return None
+        pid, epoch, how = spec
+        state = s.producers.get(pid) if s is not None else None
+        if isinstance(how, int):
+            seq = how
+        elif how == "dup" and state is not None:
+            epoch, seq = state[0], state[1]  # an exact retry of the last accepted request
+        elif state is None or state[0] != epoch:
+            seq = 0
+        else:
+            seq = state[1] + 1
+        return Producer(pid, epoch, seq)
+
+    def expect(self, out: Outcome, code: Code, s: MStream | None = None) -> None:
+        assert out.code is code, (out, code)
+        if s is not None and code not in (Code.DUPLICATE,):
+            assert out.sid == s.sid
+            assert out.closed == s.closed
+            assert out.next_pos == s.tail
+
+    # Rules
+
+    @initialize(text=st.binary(max_size=6), values=st.lists(json_values, max_size=3))
+    def start_with_two_streams(self, text, values) -> None:
+        self.create("s0", False, 0, None, 1, False, text, [])
+        self.create("s1", True, 0, None, 1, False, b"", values)
+
+    @rule(
+        name=new_names,
+        is_json=st.booleans(),
+        ct_index=st.integers(0, 1),
+        expiry=st.sampled_from([None, None, None, "ttl", "expires_at"]),
+        seconds=st.integers(1, 3),
+        closed=st.sampled_from([False, False, False, True]),
+        body_bytes=st.binary(max_size=6),
+        body_values=st.lists(json_values, max_size=3),
+    )
+    def create(self, name, is_json, ct_index, expiry, seconds, closed, body_bytes, body_values) -> None:
+        name = self.pick(name)
+        ct = (JSON_TYPES if is_json else TEXT_TYPES)[ct_index]
+        record: Record = [encode_message(v) for v in body_values] if is_json else body_bytes
+        body = b",".join(record) if is_json else record  # type: ignore[arg-type]
+        ttl = seconds if expiry == "ttl" else None
+        expires_at = self.now + seconds * 1000 if expiry == "expires_at" else None
+        s = self.resolve(name)
+        out = self.apply(CreateStream(B, name, ct, is_json, ttl=ttl, expires_at=expires_at, closed=closed, body=body))
+        if s is not None:
+            if s.deleted:
+                assert out.code is Code.CONFIG_MISMATCH
+                return
+            config = (media_type(s.content_type), s.ttl, s.expires_at, s.closed, s.fork_of)
+            same = config == (media_type(ct), ttl, expires_at, closed, None)
+            if same:
+                self.expect(out, Code.EXISTS, s)
+            else:
+                assert out.code is Code.CONFIG_MISMATCH
+            return
+        assert out.code is Code.CREATED and out.closed == closed
+        assert out.sid not in {m.sid for m in self.model.values()}
+        records = [record] if body else []
+        bounds: list[int | None] = [0] + [None] * len(records)
+        bounds[-1] = out.next_pos
+        if body:
+            assert out.next_pos > 0
+        else:
+            assert out.next_pos == 0
+        self.model[name] = self.new_stream(
+            out,
+            content_type=ct,
+            json=is_json,
+            records=records,
+            bounds=bounds,
+            closed=closed,
+            ttl=ttl,
+            expires_at=expires_at,
+        )
+
+    @rule(
+        name=targets,
+        body_bytes=st.binary(min_size=1, max_size=6),
+        body_values=st.lists(json_values, min_size=1, max_size=3),
+        ct_choice=st.sampled_from(["match", "match", "match", "variant", "other", None]),
+        stream_seq=st.one_of(st.none(), st.sampled_from(STREAM_SEQS)),
+        producer=producers,
+        close=st.sampled_from([False, False, False, False, True]),
+    )
+    def append(self, name, body_bytes, body_values, ct_choice, stream_seq, producer, close) -> None:
+        name = self.pick(name)
+        s = self.resolve(name)
+        is_json = s is not None and s.json
+        record: Record = [encode_message(v) for v in body_values] if is_json else body_bytes
+        body = b",".join(record) if is_json else record  # type: ignore[arg-type]
+        types, others = (JSON_TYPES, TEXT_TYPES) if is_json else (TEXT_TYPES, JSON_TYPES)
+        ct = {"match": types[0], "variant": types[1], "other": others[0], None: None}[ct_choice]
+        producer = self.producer(s, producer)
+        out = self.apply(Append(B, name, ct, body, stream_seq, producer, close))
+        self.check_append(s, out, record, ct, stream_seq, producer, close)
+
+    @rule(name=targets, producer=producers, ct=st.sampled_from([None, "text/plain", JSON_MT]))
+    def close_only(self, name, producer, ct) -> None:
+        name = self.pick(name)
+        s = self.resolve(name)
+        producer = self.producer(s, producer)
+        out = self.apply(Append(B, name, ct, b"", None, producer, True))
+        self.check_append(s, out, None, ct, None, producer, True)
+
+    def check_append(self, s, out, record, ct, stream_seq, producer, close) -> None:
+        if s is None:
+            assert out.code is Code.NOT_FOUND
+            return
+        if s.deleted:
+            assert out.code is Code.GONE
+            return
+        state = s.producers.get(producer.id) if producer else None
+        if producer is not None:
+            verdict = judge(state, producer)
+            if verdict == "duplicate":
+                assert out.code is Code.DUPLICATE
+                assert (out.next_pos, out.producer_epoch, out.producer_seq) == (state[2], state[0], state[1])
+                assert out.closed == s.closed and not out.fresh_producer
+                return
+            if verdict == "stale":
+                self.expect(out, Code.STALE_EPOCH, s)
+                assert out.producer_epoch == state[0]
+                return
+            if verdict == "bad_epoch_seq":
+                self.expect(out, Code.BAD_EPOCH_SEQ, s)
+                return
+            if verdict == "gap":
+                self.expect(out, Code.SEQ_GAP, s)
+                expected = 0 if state is None or state[0] != producer.epoch else state[1] + 1
+                assert (out.expected_seq, out.received_seq) == (expected, producer.seq)
+                return
+        if s.closed:
+            if record is not None:
+                self.expect(out, Code.STREAM_CLOSED, s)
+            else:
+                # Closing a closed stream is idempotent. A producer's close-only is still an
+                # accepted request: it is echoed and consumes the seq (spec: closure §1.7).
+                self.expect(out, Code.APPENDED, s)
+                assert not out.fresh_producer
+                if producer is not None:
+                    assert (out.producer_epoch, out.producer_seq) == (producer.epoch, producer.seq)
+                    s.producers[producer.id] = (producer.epoch, producer.seq, s.tail)
+            return
+        old_tail = s.tail
+        if record is not None:
+            if ct is not None and media_type(ct) != media_type(s.content_type):
+                self.expect(out, Code.CONTENT_TYPE_MISMATCH, s)
+                return
+            if stream_seq is not None:
+                if s.stream_seq is not None and stream_seq <= s.stream_seq:
+                    self.expect(out, Code.SEQ_CONFLICT, s)
+                    return
+                s.stream_seq = stream_seq
+        assert out.code is Code.APPENDED, out
+        if record is not None:
+            s.records.append(record)
+            s.bounds.append(None)
+            assert out.next_pos > old_tail, "tails strictly increase on appends"
+            s.bounds[-1] = out.next_pos
+        else:
+            assert out.next_pos == old_tail
+        s.closed = s.closed or close
+        s.touched_at = self.now
+        if producer is not None:
+            s.producers[producer.id] = (producer.epoch, producer.seq, s.tail)
+            assert (out.producer_epoch, out.producer_seq) == (producer.epoch, producer.seq)
+            assert out.fresh_producer == (record is not None)
+        else:
+            assert not out.fresh_producer
+        self.expect(out, Code.APPENDED, s)
+
+    @rule(name=targets)
+    def delete(self, name) -> None:
+        name = self.pick(name)
+        s = self.resolve(name)
+        out = self.apply(DeleteStream(B, name))
+        if s is None:
+            assert out.code is Code.NOT_FOUND
+        elif s.deleted:
+            assert out.code is Code.GONE
+        else:
+            assert out.code is Code.DELETED and out.sid == s.sid
+            self.remove(name)
+
+    @rule(
+        name=new_names,
+        source=targets,
+        where=st.one_of(st.integers(0, 20), st.sampled_from(["tail", "beyond"])),
+        sub=st.sampled_from([0, 0, 1, 2, 3, 5]),
+        ct_choice=st.sampled_from([None, None, "match", "other"]),
+        body_bytes=st.binary(max_size=4),
+        body_values=st.lists(json_values, max_size=2),
+    )
+    def fork(self, name, source, where, sub, ct_choice, body_bytes, body_values) -> None:
+        name = self.pick(name)
+        source = self.pick(source)
+        src = self.model.get(source)
+        if src is not None and (src.ttl is not None or src.expires_at is not None):
+            return  # streams that expire are not forked in this model
+        target = self.resolve(name)
+        src = self.resolve(source)
+        is_json = src is not None and src.json
+        record: Record = [encode_message(v) for v in body_values] if is_json else body_bytes
+        body = b",".join(record) if is_json else record  # type: ignore[arg-type]
+        types, others = (JSON_TYPES, TEXT_TYPES) if is_json else (TEXT_TYPES, JSON_TYPES)
+        ct = {"match": types[1], "other": others[0], None: None}[ct_choice]
+        # Where to fork: a learned boundary, the default (the tail), or past the tail.
+        k: int | None = None
+        offset: int | None = None
+        if src is not None and where == "beyond":
+            offset = src.tail + 1000
+        elif src is not None and isinstance(where, int):
+            known = [i for i, b in enumerate(src.bounds) if b is not None]
+            k = known[where % len(known)]
+            offset = src.bounds[k]
+        elif src is not None:
+            k = len(src.records)
+        cmd = CreateStream(
+            B,
+            name,
+            ct or "application/octet-stream",
+            ct is not None and media_type(ct) == JSON_MT,
+            body=body,
+            fork_stream=source,
+            fork_offset=offset,
+            fork_sub=sub,
+            content_type_given=ct is not None,
+        )
+        out = self.apply(cmd)
+        if src is None:
+            assert out.code is Code.NOT_FOUND
+            return
+        if src.deleted:
+            assert out.code is Code.SOURCE_DELETED
+            return
+        if ct is not None and media_type(ct) != media_type(src.content_type):
+            assert out.code is Code.CONTENT_TYPE_MISMATCH
+            return
+        if k is None:
+            assert out.code is Code.BAD_FORK_OFFSET
+            return
+        fork_offset = src.bounds[k]
+        prefix: Record | None = None
+        if sub:
+            if k == len(src.records) or sub > units(src.records[k]):
+                assert out.code is Code.BAD_SUB_OFFSET
+                return
+            prefix = src.records[k][:sub]
+        content_type = ct if ct is not None else src.content_type
+        if target is not None:
+            if target.deleted:
+                assert out.code is Code.CONFIG_MISMATCH
+                return
+            same = (
+                media_type(target.content_type) == media_type(content_type)
+                and (target.ttl, target.expires_at, target.closed) == (None, None, False)
+                and target.fork_of == src.uid
+                and (target.fork_offset, target.fork_sub) == (fork_offset, sub)
+            )
+            if same:
+                self.expect(out, Code.EXISTS, target)
+            else:
+                assert out.code is Code.CONFIG_MISMATCH
+            return
+        assert out.code is Code.CREATED and not out.closed
+        records = list(src.records[:k])
+        bounds = list(src.bounds[: k + 1])
+        for rec in (prefix, record if body else None):
+            if rec:
+                records.append(rec)
+                bounds.append(None)
+        if len(records) == k:
+            assert out.next_pos == fork_offset
+        else:
+            assert out.next_pos > fork_offset  # type: ignore[operator]
+        bounds[-1] = out.next_pos
+        src.forks += 1
+        self.model[name] = self.new_stream(
+            out,
+            content_type=content_type,
+            json=src.json,
+            records=records,
+            bounds=bounds,
+            fork_of=src.uid,
+            fork_offset=fork_offset,
+            fork_sub=sub,
+        )
+
+    @rule(name=targets)
+    def touch(self, name) -> None:
+        name = self.pick(name)
+        s = self.resolve(name)
+        out = self.apply(Touch(B, name))
+        if s is None or s.deleted:
+            assert out.code is Code.NOT_FOUND
+        else:
+            assert out.code is Code.OK
+            s.touched_at = max(s.touched_at, self.now)
+
+    @rule(ms=st.sampled_from([1, 250, 999, 1000, 1500, 2500, 4000]))
+    def advance_time(self, ms) -> None:
+        self.now += ms
+
+    # Invariants
+
+    @invariant()
+    def streams_match_the_model(self) -> None:
+        for name in NAMES:
+            s = self.model.get(name)
+            meta = self.sm.lookup(B, name)
+            if s is None:
+                assert meta is None, f"{name} should not exist"
+                continue
+            if s.expired(self.now):
+                continue  # expiry is collected lazily; the next command on the name decides
+            assert meta is not None, f"{name} is missing"
+            assert meta.sid == s.sid
+            assert meta.deleted == s.deleted
+            assert meta.closed == s.closed
+            assert meta.tail == s.tail
+            assert meta.forks == s.forks
+            assert meta.json == s.json
+            assert media_type(meta.content_type) == media_type(s.content_type)
+            assert meta.stream_seq == s.stream_seq
+            assert (meta.ttl, meta.expires_at) == (s.ttl, s.expires_at)
+            self.check_content(name, s, meta)
+
+    def check_content(self, name: str, s: MStream, meta: r.StreamMeta) -> None:
+        for i, start in enumerate(s.bounds):
+            if start is None:
+                continue
+            for max_bytes in (1 << 20, 5) if i == 0 else (1 << 20,):
+                got = self.read_all(meta, start, max_bytes)
+                assert got == s.content(i), (name, start, max_bytes)
+        if s.json:
+            full = json.loads(b"[" + self.read_all(meta, 0, 1 << 20) + b"]")
+            assert full == [json.loads(m) for rec in s.records for m in rec]
+
+    def read_all(self, meta: r.StreamMeta, pos: int, max_bytes: int) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            chunk = self.sm.read(meta, pos, max_bytes)
+            parts += [bytes(p) for p in chunk.payloads]
+            if chunk.next_pos == meta.tail:
+                break
+            assert pos < chunk.next_pos < meta.tail, "a read makes progress and stays below the tail"
+            assert chunk.payloads
+            pos = chunk.next_pos
+        return b",".join(parts) if meta.json else b"".join(parts)
+
+    @invariant()
+    def no_orphan_records(self) -> None:
+        sids = set(self.sm.streams)
+        for cf in (r.DATA, r.PRODUCERS):
+            for key, _ in self.kv.scan(cf, b""):
+                assert r.U64.unpack(key[:8])[0] in sids, f"orphan {cf} record {key!r}"
+
+    @invariant()
+    def producer_state_matches(self) -> None:
+        for name, s in self.model.items():
+            for pid, (epoch, seq, next_pos) in s.producers.items():
+                raw = self.kv.get(r.PRODUCERS, r.producer_key(s.sid, pid))
+                stored = r.decode_producer(raw) if raw is not None else None
+                expected = r.ProducerState(epoch, seq, next_pos)
+                assert stored == expected, f"producer {pid} on {name}: stored {stored}, expected {expected}"
+
+    def teardown(self) -> None:
+        # A restart rebuilds the same view from the KV alone.
+        again = StateMachine(self.kv)
+        assert again.applied_index == self.index
+        assert (again.streams, again.names, again.buckets) == (self.sm.streams, self.sm.names, self.sm.buckets)
+        # Determinism: another replica fed the same entries in the same batches ends identical.
+        replica = MemoryKV(r.COLUMN_FAMILIES)
+        sm = StateMachine(replica)
+        assert [sm.apply([e])[0] for e in self.log] == self.outcomes
+        assert dump(replica) == dump(self.kv)
+
+
+class BatchedReplay(StreamsModel):
+    """As StreamsModel, and a replica that applies the whole log in one batch must converge too.
+
+    Raft replicas group committed entries into apply batches as commits arrive, so the
+    grouping differs between nodes; outcomes and the store must not depend on it.
+    """
+
+    def teardown(self) -> None:
+        super().teardown()
+        replica = MemoryKV(r.COLUMN_FAMILIES)
+        sm = StateMachine(replica)
+        assert sm.apply(self.log) == self.outcomes
+        assert dump(replica) == dump(self.kv)
+
+
+SETTINGS = settings(
+    max_examples=150,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+TestStreamsModel = StreamsModel.TestCase
+TestStreamsModel.settings = SETTINGS
+TestBatchedReplay = BatchedReplay.TestCase
+# This one fails on the first example that deletes a stream (see the report): keep shrinking to one bug.
+TestBatchedReplay.settings = settings(SETTINGS, max_examples=100, report_multiple_bugs=False)
