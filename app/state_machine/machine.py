@@ -10,6 +10,7 @@ over the same store.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from app.raft.messages import Entry
 from app.state_machine import records as r
@@ -52,6 +53,15 @@ class StateMachine(StreamReader):
             self.streams[meta.sid] = meta
             self.names[(meta.bucket, meta.name)] = meta.sid
         self.on_change = on_change
+        self._handlers: dict[type, Callable[[Any, int], Outcome]] = {
+            Append: self._append,
+            CreateStream: self._create_stream,
+            DeleteStream: self._delete_stream,
+            Touch: self._touch,
+            CreateBucket: self._create_bucket,
+            DeleteBucket: self._delete_bucket,
+            CollectExpired: self._collect,
+        }
         self._batch = Batch()
         self._dirty: set[int] = set()
         self._changed: set[int] = set()
@@ -88,21 +98,7 @@ class StateMachine(StreamReader):
         self.kv.write(batch, sync=True)
 
     def _dispatch(self, cmd: object, now: int) -> Outcome:
-        if isinstance(cmd, Append):
-            return self._append(cmd, now)
-        if isinstance(cmd, CreateStream):
-            return self._create_stream(cmd, now)
-        if isinstance(cmd, DeleteStream):
-            return self._delete_stream(cmd, now)
-        if isinstance(cmd, Touch):
-            return self._touch(cmd, now)
-        if isinstance(cmd, CreateBucket):
-            return self._create_bucket(cmd, now)
-        if isinstance(cmd, DeleteBucket):
-            return self._delete_bucket(cmd, now)
-        if isinstance(cmd, CollectExpired):
-            return self._collect(cmd, now)
-        raise TypeError(f"unknown command {cmd!r}")
+        return self._handlers[type(cmd)](cmd, now)
 
     # Buckets
 
