@@ -4,6 +4,11 @@ It turns proposals into log entries, persists each Ready with one synced
 write (group commit: everything proposed while the previous sync ran goes
 into the next one), sends messages, applies committed entries through the
 state machine and resolves the waiting proposals with their results.
+
+Syncs run in order on one persister thread. The loop does not wait for a
+sync to finish before handing over the next Ready, so the next batch's sync
+overlaps this batch's apply and responses. A Ready's messages are sent only
+once its sync is done: votes and acknowledgements must never outrun the disk.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from app.raft.core import RaftCore, Role
@@ -78,7 +85,9 @@ class RaftNode:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_compacted = log_store.compacted_index
-        self.leader_changed = asyncio.Event()
+        self._persister = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
+        # Syncs handed to the persister, oldest first: (its future, last entry, messages to send after).
+        self._saving: deque[tuple[asyncio.Future[None], Entry | None, list[Message]]] = deque()
 
     @property
     def is_leader(self) -> bool:
@@ -103,6 +112,7 @@ class RaftNode:
         for _, fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(ProposalDropped())
+        self._persister.shutdown(wait=True)
         self.machine.make_durable()
 
     async def propose(self, data: bytes) -> Any:
@@ -145,17 +155,31 @@ class RaftNode:
                 fut.set_exception(NotLeader(self.core.leader))
             else:
                 self._waiters[index] = (self.core.term, fut)
-        while rd := self.core.ready():
+        loop = asyncio.get_running_loop()
+        while True:
+            rd = self.core.ready()
             if rd.hard_state is not None or rd.entries:
-                # The sync runs off the loop so requests keep arriving for the next batch.
-                await asyncio.to_thread(self.log_store.save, rd.hard_state, rd.entries)
-            if rd.entries:
-                last = rd.entries[-1]
-                self.core.on_persisted(last.index, last.term)
-            if rd.messages and self._send is not None:
-                await self._send(rd.messages)
+                fut = loop.run_in_executor(self._persister, self.log_store.save, rd.hard_state, rd.entries)
+                fut.add_done_callback(lambda _: self._wake.set())
+                self._saving.append((fut, rd.entries[-1] if rd.entries else None, rd.messages))
+            elif rd.messages:
+                await self._deliver(rd.messages)
             if rd.committed:
                 self._apply(rd.committed)
+            synced = False
+            while self._saving and self._saving[0][0].done():
+                fut, last, messages = self._saving.popleft()
+                fut.result()  # a failed sync stops the driver: nothing may be acknowledged after it
+                if last is not None:
+                    self.core.on_persisted(last.index, last.term)
+                await self._deliver(messages)
+                synced = True
+            if not rd and not synced:
+                return
+
+    async def _deliver(self, messages: list[Message]) -> None:
+        if messages and self._send is not None:
+            await self._send(messages)
 
     def _apply(self, entries: list[Entry]) -> None:
         results = self.machine.apply(entries)
@@ -177,7 +201,11 @@ class RaftNode:
     def _compact(self) -> None:
         index = self.core.applied
         term = self.core.term_at(index) or 0
-        self.machine.make_durable()
-        self.log_store.compact(index, term)
         self.core.compact(index)
         self._last_compacted = index
+        # On the persister, after the syncs before it: the state is made durable, then the log trimmed.
+        self._persister.submit(self._compact_on_disk, index, term)
+
+    def _compact_on_disk(self, index: int, term: int) -> None:
+        self.machine.make_durable()
+        self.log_store.compact(index, term)

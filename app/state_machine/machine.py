@@ -92,9 +92,12 @@ class StateMachine(StreamReader):
         return results
 
     def make_durable(self) -> None:
-        """Syncs the store so the Raft log behind the applied index can be dropped."""
+        """Syncs the store's log, so every apply written before this call survives a crash.
+
+        It may run on another thread than apply, so it writes a marker, never the applied index.
+        """
         batch = Batch()
-        batch.put(r.SM_META, r.APPLIED_KEY, r.U64.pack(self.applied_index))
+        batch.put(r.SM_META, r.SYNCED_KEY, b"")
         self.kv.write(batch, sync=True)
 
     def _dispatch(self, cmd: object, now: int) -> Outcome:

@@ -16,6 +16,7 @@ SM_META = "sm_meta"  # applied index, next sid
 COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META]
 
 APPLIED_KEY = b"applied"
+SYNCED_KEY = b"synced"
 NEXT_SID_KEY = b"next_sid"
 
 U64 = struct.Struct(">Q")

@@ -1267,11 +1267,11 @@ def test_restart_on_rocks(tmp_path: Path) -> None:
     h.append("keep", b"1", producer=P(0, 0))
     h.create("src", body=b"shared")
     h.fork("child", "src")
-    before = dump(kv)
     applied, next_sid = h.sm.applied_index, h.sm.next_sid
     streams, names, buckets = dict(h.sm.streams), dict(h.sm.names), dict(h.sm.buckets)
     texts = {n: h.text(n) for n in ("keep", "child", "src")}
     h.sm.make_durable()
+    before = dump(kv)
     kv.close()
 
     kv2 = RocksKV(path, r.COLUMN_FAMILIES)
