@@ -113,15 +113,14 @@ def create_app(settings: Settings) -> ASGIApp:
             state_kv.close()
             raft_kv.close()
 
-    routes = [Route("/healthz", healthz), Route("/openapi.yaml", openapi)]
     starlette = Starlette(
-        routes=routes,
+        routes=[Route("/healthz", healthz), Route("/openapi.yaml", openapi)],
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},
     )
-    routes = StreamRoutes(starlette)
+    streams = StreamRoutes(starlette)
     cors = CORSMiddleware(
-        routes,
+        streams,
         allow_origins=["*"],
         allow_methods=["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"],
         allow_headers=["*"],
@@ -134,6 +133,6 @@ def create_app(settings: Settings) -> ASGIApp:
         if scope["type"] == "http" and any(name == b"origin" for name, _ in scope["headers"]):
             await cors(scope, receive, with_security_headers(send))
         else:
-            await routes(scope, receive, send)
+            await streams(scope, receive, send)
 
     return app

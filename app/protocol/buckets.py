@@ -59,7 +59,7 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
     if limit is None or not 1 <= limit <= 1000:
         raise bad_request("limit must be an integer from 1 to 1000", "invalid_limit")
     now = now_ms()
-    streams = []
+    streams: list[dict[str, object]] = []
     has_more = False
     for meta in engine.machine.bucket_streams(bucket, prefix, after):
         if meta.deleted or meta.expired(now, engine.touched(meta.sid)):

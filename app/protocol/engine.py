@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from app.protocol.errors import ProtocolError
 from app.protocol.live import Signals
@@ -39,7 +41,7 @@ class Engine:
         # Reads renew sliding TTLs here at once; the replicated renewal is rate-limited.
         self._read_touches: dict[int, int] = {}
         self._touching: set[int] = set()
-        self._background: set[asyncio.Task[object]] = set()
+        self._background: set[asyncio.Future[None]] = set()
 
     async def submit(self, command: Command) -> Outcome:
         try:
@@ -88,8 +90,8 @@ class Engine:
         finally:
             self._touching.discard(meta.sid)
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -65,7 +65,7 @@ def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventSourceR
     return EventSourceResponse(
         _events(engine, target, pos, read.cursor, binary),
         headers=headers,
-        media_type=None,
+        media_type=None,  # type: ignore[arg-type]  # our content-type header, without a charset
         ping=engine.limits.sse_ping_seconds,
         sep="\n",
     )

@@ -60,6 +60,7 @@ class RocksKV:
             elif kind == DELETE:
                 wb.delete(key, handles[cf])
             else:
+                assert value is not None
                 wb.delete_range(key, value, handles[cf])
         self._db.write(wb, self._sync if sync else self._nosync)
 
