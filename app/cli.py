@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
             log_level="info",
             timeout_graceful_shutdown=5,
             proxy_headers=False,
+            server_header=False,
         )
 
 

@@ -49,6 +49,12 @@ def fsync_latency_ms(directory: Path, rounds: int = 200) -> tuple[float, float]:
     return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=10)
@@ -83,17 +89,21 @@ def main() -> None:
             script = Path(tmp) / "append.lua"
             script.write_text(LUA.format(size=args.size, streams=args.streams))
             load = [wrk, "-t1", f"-c{args.connections}", f"-d{args.seconds}s", "--latency", "-s", str(script), url]
+            cpu_before = cpu_seconds(server.pid)
             out = subprocess.run((["taskset", "-c", "1"] if pin else []) + load, capture_output=True, text=True).stdout
+            server_cpu = cpu_seconds(server.pid) - cpu_before
         finally:
             server.terminate()
             server.wait(10)
 
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     print(f"machine: {cpus} cores, load {os.getloadavg()[0]:.2f}; server pinned to cpu 0, wrk to cpu 1: {pin}")
     print(f"disk fsync (fdatasync, 512 B): p50 {fsync_p50:.2f} ms, p99 {fsync_p99:.2f} ms")
     print(f"appends: {args.size} B to {args.streams} streams over {args.connections} connections, {args.seconds} s")
     print(f"throughput: {rate:,.0f} appends/s; errors: {errors.group(1) if errors else 0}")
+    print(f"server CPU: {server_cpu / total * 1e6:.0f} us per append, {server_cpu / args.seconds:.0%} of one core")
     for pct in ("50%", "90%", "99%"):
         value = re.search(rf"{pct}\s+([\d.]+\w+)", out)
         print(f"latency p{pct[:-1]}: {value.group(1) if value else '?'}")

@@ -180,12 +180,14 @@ class RaftCore:
 
     def ready(self) -> Ready:
         rd = Ready()
-        hs = HardState(self.term, self.vote, self.commit)
-        if hs != self._emitted:
-            rd.hard_state = hs
-            self._emitted = hs
+        # Term and vote must be durable before we act on them; the commit index may lag on disk
+        # (it is recovered from the leader), so it rides along but never forces a sync.
+        if (self.term, self.vote) != (self._emitted.term, self._emitted.vote):
+            rd.hard_state = self._emitted = HardState(self.term, self.vote, self.commit)
         if self.unstable_from <= self.last_index():
             rd.entries = self.slice(self.unstable_from, self.last_index() + 1)
+            self._emitted = HardState(self.term, self.vote, self.commit)
+            rd.hard_state = self._emitted
             self.unstable_from = self.last_index() + 1
         rd.messages, self.outbox = self.outbox, []
         upto = min(self.commit, self.stable, self.last_index())

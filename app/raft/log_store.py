@@ -38,7 +38,7 @@ class LogStore:
         return [decode_entry(value) for _, value in self.kv.scan(LOG_CF, start)]
 
     def save(self, hard_state: HardState | None, entries: list[Entry]) -> None:
-        """Writes the hard state and entries in one synced batch."""
+        """Writes the hard state and entries in one batch and syncs it before returning."""
         batch = Batch()
         if hard_state is not None:
             batch.put(META_CF, _HARD_STATE, encode(hard_state))
@@ -51,7 +51,8 @@ class LogStore:
                 batch.put(LOG_CF, _key(entry.index), encode(entry))
             self.last_index = new_last
         if batch:
-            self.kv.write(batch, sync=True)
+            self.kv.write(batch)
+            self.kv.sync_wal()
 
     def compact(self, index: int, term: int) -> None:
         """Drops entries up to `index`; only once the state machine covering them is durable."""

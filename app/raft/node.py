@@ -5,10 +5,11 @@ write (group commit: everything proposed while the previous sync ran goes
 into the next one), sends messages, applies committed entries through the
 state machine and resolves the waiting proposals with their results.
 
-Syncs run in order on one persister thread. The loop does not wait for a
-sync to finish before handing over the next Ready, so the next batch's sync
-overlaps this batch's apply and responses. A Ready's messages are sent only
-once its sync is done: votes and acknowledgements must never outrun the disk.
+At most one sync runs at a time, on a persister thread, and the loop keeps
+serving while it runs (the sync releases the GIL). Whatever becomes ready
+meanwhile is buffered and goes into the next sync as one batch. A Ready's
+messages are sent only once its sync is done: votes and acknowledgements
+must never outrun the disk.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.raft.core import RaftCore, Role
+from app.raft.core import RaftCore, Ready, Role
 from app.raft.log_store import LogStore
-from app.raft.messages import Entry, Message
+from app.raft.messages import Entry, HardState, Message
 
 log = logging.getLogger("rill.raft")
 
@@ -50,6 +51,27 @@ class StateMachine(Protocol):
 
 
 Send = Callable[[list[Message]], Awaitable[None]]
+
+
+@dataclass
+class _Unsaved:
+    """Readys waiting for the next sync, merged: latest hard state, entries in log order, messages."""
+
+    hard_state: HardState | None = None
+    entries: list[Entry] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+    def add(self, rd: Ready) -> None:
+        if rd.hard_state is not None:
+            self.hard_state = rd.hard_state
+        if rd.entries:
+            first = rd.entries[0].index
+            # A later Ready may replace a suffix (a follower truncating a divergent tail).
+            self.entries = [e for e in self.entries if e.index < first] + rd.entries
+        self.messages += rd.messages
+
+    def __bool__(self) -> bool:
+        return self.hard_state is not None or bool(self.entries) or bool(self.messages)
 
 
 class RaftNode:
@@ -86,8 +108,8 @@ class RaftNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_compacted = log_store.compacted_index
         self._persister = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
-        # Syncs handed to the persister, oldest first: (its future, last entry, messages to send after).
-        self._saving: deque[tuple[asyncio.Future[None], Entry | None, list[Message]]] = deque()
+        self._unsaved = _Unsaved()  # ready to persist, waiting for the sync in flight
+        self._syncing: tuple[asyncio.Future[None], _Unsaved] | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -155,27 +177,40 @@ class RaftNode:
                 fut.set_exception(NotLeader(self.core.leader))
             else:
                 self._waiters[index] = (self.core.term, fut)
-        loop = asyncio.get_running_loop()
         while True:
             rd = self.core.ready()
             if rd.hard_state is not None or rd.entries:
-                fut = loop.run_in_executor(self._persister, self.log_store.save, rd.hard_state, rd.entries)
-                fut.add_done_callback(lambda _: self._wake.set())
-                self._saving.append((fut, rd.entries[-1] if rd.entries else None, rd.messages))
+                self._unsaved.add(rd)
             elif rd.messages:
                 await self._deliver(rd.messages)
             if rd.committed:
                 self._apply(rd.committed)
-            synced = False
-            while self._saving and self._saving[0][0].done():
-                fut, last, messages = self._saving.popleft()
-                fut.result()  # a failed sync stops the driver: nothing may be acknowledged after it
-                if last is not None:
-                    self.core.on_persisted(last.index, last.term)
-                await self._deliver(messages)
-                synced = True
+            synced = await self._finish_sync()
+            self._start_sync()
             if not rd and not synced:
                 return
+
+    def _start_sync(self) -> None:
+        if self._syncing is not None or not self._unsaved:
+            return
+        batch, self._unsaved = self._unsaved, _Unsaved()
+        fut = asyncio.get_running_loop().run_in_executor(
+            self._persister, self.log_store.save, batch.hard_state, batch.entries
+        )
+        fut.add_done_callback(lambda _: self._wake.set())
+        self._syncing = (fut, batch)
+
+    async def _finish_sync(self) -> bool:
+        if self._syncing is None or not self._syncing[0].done():
+            return False
+        fut, batch = self._syncing
+        self._syncing = None
+        fut.result()  # a failed sync stops the driver: nothing may be acknowledged after it
+        if batch.entries:
+            last = batch.entries[-1]
+            self.core.on_persisted(last.index, last.term)
+        await self._deliver(batch.messages)
+        return True
 
     async def _deliver(self, messages: list[Message]) -> None:
         if messages and self._send is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import msgspec
 
@@ -17,6 +18,7 @@ from app.storage.kv import KV
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 
 
+@lru_cache(maxsize=1024)
 def media_type(content_type: str) -> str:
     """The comparable part of a content type: lower-cased, parameters dropped."""
     return content_type.split(";", 1)[0].strip().lower()

@@ -50,6 +50,10 @@ class KV(Protocol):
 
     def delete_range(self, cf: str, start: bytes, end: bytes, sync: bool = False) -> None: ...
 
+    def sync_wal(self) -> None:
+        """Makes every write made so far durable."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -105,6 +109,9 @@ class MemoryKV:
         batch = Batch()
         batch.delete_range(cf, start, end)
         self.write(batch)
+
+    def sync_wal(self) -> None:
+        pass
 
     def close(self) -> None:
         pass

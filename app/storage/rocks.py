@@ -69,6 +69,10 @@ class RocksKV:
         wb.delete_range(start, end, self._handles[cf])
         self._db.write(wb, self._sync if sync else self._nosync)
 
+    def sync_wal(self) -> None:
+        # Unlike a write with sync=True, this releases the GIL while the disk syncs.
+        self._db.flush_wal(True)
+
     def close(self) -> None:
         self._cfs.clear()
         self._handles.clear()
