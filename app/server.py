@@ -22,7 +22,7 @@ from app.protocol.http import with_security_headers
 from app.protocol.live import Signals
 from app.raft import log_store
 from app.raft.log_store import LogStore
-from app.raft.node import RaftNode
+from app.raft_node import RaftNode
 from app.routes import StreamRoutes
 from app.state_machine import records
 from app.state_machine.machine import StateMachine

@@ -11,7 +11,7 @@ from typing import Any
 
 from app.protocol.errors import ProtocolError
 from app.protocol.live import Signals
-from app.raft.node import NotLeader, ProposalDropped, RaftNode
+from app.raft_node import NotLeader, ProposalDropped, RaftNode
 from app.state_machine.commands import CollectExpired, Command, Outcome, Touch, encode_envelope
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import StreamMeta

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.raft import log_store, node
+from app import raft_node
+from app.raft import log_store
 from app.raft.log_store import LogStore
-from app.raft.node import RaftNode
+from app.raft_node import RaftNode
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
@@ -69,7 +70,7 @@ def test_concurrent_proposals_share_syncs_and_survive_restart(tmp_path: Path) ->
 
 
 def test_compaction_keeps_state_readable_after_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node, "COMPACT_EVERY", 10)
+    monkeypatch.setattr(raft_node, "COMPACT_EVERY", 10)
 
     async def scenario() -> None:
         n = Node(tmp_path)
