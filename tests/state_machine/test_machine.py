@@ -32,17 +32,11 @@ from app.state_machine.machine import BUILTIN_BUCKETS, COMPAT_BUCKET, LEGACY_BUC
 from app.state_machine.reader import media_type
 from app.storage.kv import MemoryKV
 from app.storage.rocks import RocksKV
+from tests.state_machine.helpers import T0, B, dump
 
-B = "b"
-T0 = 1_700_000_000_000  # ms
 TEXT = "text/plain"
 JSON = "application/json"
 OCTET = "application/octet-stream"
-
-
-def dump(kv) -> dict[str, list[tuple[bytes, bytes]]]:
-    """Every key/value of every column family, in key order."""
-    return {cf: [(bytes(k), bytes(v)) for k, v in kv.scan(cf, b"")] for cf in r.COLUMN_FAMILIES}
 
 
 def jrec(*values: object) -> bytes:

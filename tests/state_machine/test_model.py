@@ -37,19 +37,14 @@ from app.state_machine.commands import (
 from app.state_machine.machine import StateMachine
 from app.state_machine.reader import media_type
 from app.storage.kv import MemoryKV
+from tests.state_machine.helpers import T0, B, dump
 
-B = "b"
-T0 = 1_700_000_000_000
 NAMES = ["s0", "s1", "s2", "s3", "s4"]
 PIDS = ["pa", "pb"]
 STREAM_SEQS = ["a", "b", "c", "d"]
 TEXT_TYPES = ["text/plain", "Text/Plain; charset=utf-8"]
 JSON_TYPES = ["application/json", "application/json; charset=utf-8"]
 JSON_MT = "application/json"
-
-
-def dump(kv: MemoryKV) -> dict[str, list[tuple[bytes, bytes]]]:
-    return {cf: list(kv.scan(cf, b"")) for cf in r.COLUMN_FAMILIES}
 
 
 def encode_message(value: object) -> bytes:
