@@ -28,8 +28,10 @@ from app.raft.messages import Entry, HardState, Message
 
 log = logging.getLogger("rill.raft")
 
-# Keep this many applied entries in the log before compacting behind durable state.
+# Compact the log behind durable state after this many applied entries or bytes: the log since
+# the last compaction is held in memory and reloaded at startup, so both bound memory and replay.
 COMPACT_EVERY = 20_000
+COMPACT_BYTES = 64 * 1024 * 1024
 
 
 class NotLeader(Exception):
@@ -107,6 +109,7 @@ class RaftNode:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_compacted = log_store.compacted_index
+        self._applied_bytes = 0  # payload bytes applied since the last compaction
         self._persister = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
         self._unsaved = _Unsaved()  # ready to persist, waiting for the sync in flight
         self._syncing: tuple[asyncio.Future[None], _Unsaved] | None = None
@@ -230,7 +233,8 @@ class RaftNode:
             else:
                 fut.set_exception(ProposalDropped())
         self.core.on_applied(entries[-1].index)
-        if self.core.applied - self._last_compacted >= COMPACT_EVERY:
+        self._applied_bytes += sum(len(e.data) for e in entries)
+        if self.core.applied - self._last_compacted >= COMPACT_EVERY or self._applied_bytes >= COMPACT_BYTES:
             self._compact()
 
     def _compact(self) -> None:
@@ -238,6 +242,7 @@ class RaftNode:
         term = self.core.term_at(index) or 0
         self.core.compact(index)
         self._last_compacted = index
+        self._applied_bytes = 0
         # On the persister, after the syncs before it: the state is made durable, then the log trimmed.
         self._persister.submit(self._compact_on_disk, index, term)
 

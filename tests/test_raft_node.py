@@ -91,3 +91,19 @@ def test_compaction_keeps_state_readable_after_restart(tmp_path: Path, monkeypat
         await n.close()
 
     asyncio.run(scenario())
+
+
+def test_compaction_also_triggers_on_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(raft_node, "COMPACT_BYTES", 10_000)
+
+    async def scenario() -> None:
+        n = Node(tmp_path)
+        await n.node.start()
+        await n.propose(CreateStream(COMPAT_BUCKET, "big", "text/plain", False))
+        for _ in range(5):
+            await n.propose(Append(COMPAT_BUCKET, "big", "text/plain", b"x" * 4000))
+        assert n.log.compacted_index > 0  # long before COMPACT_EVERY entries
+        assert len(n.node.core.log) < 5
+        await n.close()
+
+    asyncio.run(scenario())
