@@ -107,7 +107,7 @@ class Engine:
                 for m in list(self.machine.streams.values())
                 if not m.deleted and m.expired(now, self.touched(m.sid))
             ]
-            for sid in sids:
+            for sid in [*sids, *(s for s in self._read_touches if s not in self.machine.streams)]:
                 self._read_touches.pop(sid, None)
             if sids:
                 try:
