@@ -8,6 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
+from app.bench import cli as bench_cli
 from app.config import load_settings
 from app.server import create_app
 
@@ -23,7 +24,12 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--long-poll-timeout", type=float, help="seconds a long-poll waits (default 20)")
     serve.add_argument("--max-body-bytes", type=int)
     serve.add_argument("--access-log", action="store_true", default=None)
+    bench_cli.add_parser(sub)
     args = parser.parse_args(argv)
+
+    if args.command == "bench":
+        bench_cli.main(args)
+        return
 
     if args.command == "serve":
         settings = load_settings(

@@ -1,0 +1,106 @@
+"""`rill bench WORKLOAD --url URL ...` and `rill bench compare WORKLOAD ...`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import signal
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from app.bench.append import AppendOptions, run_append
+from app.bench.fanout import FanoutOptions, run_fanout
+from app.bench.replay import ReplayOptions, run_replay
+from app.bench.report import print_results, write_json
+from app.bench.run import Run
+from app.bench.servers import Server, start_reference, start_rill
+
+Workload = tuple[type, Callable[[Run, Any], Awaitable[dict[str, Any]]]]
+WORKLOADS: dict[str, Workload] = {
+    "append": (AppendOptions, run_append),
+    "fanout": (FanoutOptions, run_fanout),
+    "replay": (ReplayOptions, run_replay),
+}
+
+
+def _add_options(parser: argparse.ArgumentParser, options: type) -> None:
+    for f in dataclasses.fields(options):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true", help=f"(default {f.default})")
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            parser.add_argument(flag, type=kind, default=f.default, help=f"(default {f.default})")
+    parser.add_argument("--json-out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--pin-client", type=int, metavar="CPU", help="run the load generator on this CPU only")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = sub.add_parser("bench", help="measure a Durable Streams server (any implementation)")
+    workloads = bench.add_subparsers(dest="workload", required=True)
+    for name, (options, _) in WORKLOADS.items():
+        p = workloads.add_parser(name, help=f"the {name} workload")
+        p.add_argument(
+            "--url", action="append", required=True, help="stream prefix, e.g. http://127.0.0.1:4437/v1/stream"
+        )
+        _add_options(p, options)
+    compare = workloads.add_parser("compare", help="run a workload against Rill and the Node reference server")
+    compared = compare.add_subparsers(dest="compared", required=True)
+    for name, (options, _) in WORKLOADS.items():
+        p = compared.add_parser(name)
+        p.add_argument("--pin-server", type=int, metavar="CPU", help="run each server on this CPU only")
+        p.add_argument("--skip-reference", action="store_true", help="measure Rill only")
+        _add_options(p, options)
+
+
+def _options(args: argparse.Namespace, options: type) -> Any:
+    return options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(options)})
+
+
+async def _measure(urls: list[str], workload: str, options: Any) -> dict[str, Any]:
+    run = Run(urls)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, run.stop)  # Ctrl-C: stop early, still report
+    try:
+        result = await WORKLOADS[workload][1](run, options)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+    if run.stopped():
+        result["_note"] = "stopped early by Ctrl-C"
+    return result
+
+
+def main(args: argparse.Namespace) -> None:
+    if args.pin_client is not None:
+        os.sched_setaffinity(0, {args.pin_client})
+    if args.workload == "compare":
+        workload = args.compared
+        options = _options(args, WORKLOADS[workload][0])
+        results = _compare(workload, options, args.pin_server, args.skip_reference)
+    else:
+        workload = args.workload
+        options = _options(args, WORKLOADS[workload][0])
+        results = {"server": asyncio.run(_measure(args.url, workload, options))}
+    print_results(f"rill bench {args.workload}{' ' + workload if args.workload == 'compare' else ''}", results)
+    if args.json_out:
+        write_json(args.json_out, workload, dataclasses.asdict(options), results)
+
+
+def _compare(workload: str, options: Any, pin_server: int | None, skip_reference: bool) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="rill-bench-") as tmp:
+        starters: list[Callable[[], Server]] = [lambda: start_rill(Path(tmp) / "rill", pin_server)]
+        if not skip_reference:
+            starters.append(lambda: start_reference(None, pin_server))
+            starters.append(lambda: start_reference(Path(tmp) / "reference", pin_server))
+        for start in starters:
+            server = start()
+            try:
+                results[server.name] = asyncio.run(_measure([server.url], workload, options))
+            finally:
+                server.stop()
+    return results
