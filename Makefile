@@ -25,7 +25,7 @@ test: install $(CONFORMANCE)/node_modules/.installed
 	$(BIN)/python -m pytest
 
 bench: install
-	$(BIN)/python -m benchmarks.append
+	$(BIN)/rill bench compare append --pin-server 0 --pin-client 1 --baseline
 
 clean:
 	rm -rf $(VENV) $(CONFORMANCE)/node_modules

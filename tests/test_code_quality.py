@@ -19,5 +19,5 @@ def test_mypy_app() -> None:
 
 
 def test_ruff() -> None:
-    result = _run("ruff", "check", "app", "tests", "benchmarks")
+    result = _run("ruff", "check", "app", "tests")
     assert result.returncode == 0, result.stdout + result.stderr

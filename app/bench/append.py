@@ -65,6 +65,7 @@ async def run_append(run: Run, opts: AppendOptions) -> dict[str, Any]:
     deadline = measure_from + opts.seconds
     recorders = [Recorder() for _ in range(opts.writers)]
     cpu_at_measure: list[float] = []
+    requests = [0]  # all requests, warm-up included
 
     async def writer(w: int) -> None:
         conn = await connect(targets[w % len(targets)])
@@ -92,6 +93,7 @@ async def run_append(run: Run, opts: AppendOptions) -> dict[str, Any]:
                 latency = time.perf_counter() - t0
                 if opts.producers and status == 200:
                     seqs[i] += 1
+                requests[0] += 1
                 if now >= measure_from:
                     rec.add(latency, status, len(payload))
         except ConnectionClosed:
@@ -116,4 +118,5 @@ async def run_append(run: Run, opts: AppendOptions) -> dict[str, Any]:
     cpu_used = _cpu() - (cpu_at_measure[0] if cpu_at_measure else _cpu())
     summary["seconds"] = elapsed
     summary["client_cpu"] = cpu_used / elapsed  # share of one core the load generator used
+    summary["_requests_total"] = requests[0]
     return summary

@@ -15,9 +15,9 @@ from typing import Any
 from app.bench.append import AppendOptions, run_append
 from app.bench.fanout import FanoutOptions, run_fanout
 from app.bench.replay import ReplayOptions, run_replay
-from app.bench.report import print_results, write_json
+from app.bench.report import markdown_table, print_results, write_json
 from app.bench.run import Run
-from app.bench.servers import Server, start_reference, start_rill
+from app.bench.servers import Server, cpu_seconds, fsync_ms, start_baseline, start_reference, start_rill
 
 Workload = tuple[type, Callable[[Run, Any], Awaitable[dict[str, Any]]]]
 WORKLOADS: dict[str, Workload] = {
@@ -36,6 +36,7 @@ def _add_options(parser: argparse.ArgumentParser, options: type) -> None:
             kind = {"int": int, "float": float}.get(str(f.type), str)
             parser.add_argument(flag, type=kind, default=f.default, help=f"(default {f.default})")
     parser.add_argument("--json-out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--markdown-out", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--pin-client", type=int, metavar="CPU", help="run the load generator on this CPU only")
 
 
@@ -53,7 +54,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     for name, (options, _) in WORKLOADS.items():
         p = compared.add_parser(name)
         p.add_argument("--pin-server", type=int, metavar="CPU", help="run each server on this CPU only")
-        p.add_argument("--skip-reference", action="store_true", help="measure Rill only")
+        p.add_argument("--skip-reference", action="store_true", help="do not run the Node reference server")
+        if name == "append":
+            p.add_argument("--baseline", action="store_true", help="also run bare uvicorn answering an empty 204")
         _add_options(p, options)
 
 
@@ -70,7 +73,7 @@ async def _measure(urls: list[str], workload: str, options: Any) -> dict[str, An
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     if run.stopped():
-        result["_note"] = "stopped early by Ctrl-C"
+        result["note"] = "stopped early by Ctrl-C"
     return result
 
 
@@ -80,7 +83,7 @@ def main(args: argparse.Namespace) -> None:
     if args.workload == "compare":
         workload = args.compared
         options = _options(args, WORKLOADS[workload][0])
-        results = _compare(workload, options, args.pin_server, args.skip_reference)
+        results = _compare(workload, options, args.pin_server, args.skip_reference, getattr(args, "baseline", False))
     else:
         workload = args.workload
         options = _options(args, WORKLOADS[workload][0])
@@ -88,19 +91,39 @@ def main(args: argparse.Namespace) -> None:
     print_results(f"rill bench {args.workload}{' ' + workload if args.workload == 'compare' else ''}", results)
     if args.json_out:
         write_json(args.json_out, workload, dataclasses.asdict(options), results)
+    if args.markdown_out:
+        args.markdown_out.write_text(markdown_table(results))
 
 
-def _compare(workload: str, options: Any, pin_server: int | None, skip_reference: bool) -> dict[str, dict[str, Any]]:
+def _compare(
+    workload: str, options: Any, pin_server: int | None, skip_reference: bool, baseline: bool
+) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="rill-bench-") as tmp:
+        disk_fsync = fsync_ms(Path(tmp))
         starters: list[Callable[[], Server]] = [lambda: start_rill(Path(tmp) / "rill", pin_server)]
         if not skip_reference:
             starters.append(lambda: start_reference(None, pin_server))
             starters.append(lambda: start_reference(Path(tmp) / "reference", pin_server))
+        if baseline:
+            starters.append(lambda: start_baseline(pin_server))
         for start in starters:
             server = start()
             try:
-                results[server.name] = asyncio.run(_measure([server.url], workload, options))
+                cpu_before = cpu_seconds(server.process.pid)
+                result = asyncio.run(_measure([server.url], workload, options))
+                _add_server_cpu(result, cpu_seconds(server.process.pid) - cpu_before)
+                result["disk_fsync_p50_ms"] = disk_fsync
+                results[server.name] = result
             finally:
                 server.stop()
+            if "note" in result:
+                break  # Ctrl-C: report what was measured, start no more servers
     return results
+
+
+def _add_server_cpu(result: dict[str, Any], cpu: float) -> None:
+    """The server's CPU over the whole run (setup included), per operation where there is a count."""
+    operations = result.get("_requests_total") or result.get("delivered") or result.get("clients")
+    if operations:
+        result["server_cpu_us_per_op"] = cpu / operations * 1e6

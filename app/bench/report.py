@@ -42,22 +42,35 @@ def _ratio(mine: Any, other: Any) -> str:
     return f"{mine / other:.2f}x"
 
 
+def _rows(results: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: one column per server, then the first server's ratio to each other one."""
+    names = list(results)
+    header = ["metric", *names, *(f"{names[0]} / {other}" for other in names[1:])]
+    rows = []
+    for metric in (k for k in results[names[0]] if not k.startswith("_")):
+        values = [results[n].get(metric) for n in names]
+        rows.append([metric, *(_cell(v) for v in values), *(_ratio(values[0], v) for v in values[1:])])
+    return header, rows
+
+
+def markdown_table(results: dict[str, dict[str, Any]]) -> str:
+    header, rows = _rows(results)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def print_results(title: str, results: dict[str, dict[str, Any]], console: Console | None = None) -> None:
     """One column per server; with several, a ratio column of the first against each other."""
     console = console or Console()
     m = machine()
     console.print(f"[bold]{title}[/bold]  machine: {m['cores']} cores, load {m['load_1m']} (1 min), {m['date']}")
-    names = list(results)
-    table = Table()
-    table.add_column("metric")
-    for name in names:
-        table.add_column(name, justify="right")
-    for other in names[1:]:
-        table.add_column(f"{names[0]} / {other}", justify="right")
-    metrics = [k for k in results[names[0]] if not k.startswith("_")]
-    for metric in metrics:
-        values = [results[n].get(metric) for n in names]
-        table.add_row(metric, *(_cell(v) for v in values), *(_ratio(values[0], v) for v in values[1:]))
+    header, rows = _rows(results)
+    table = Table(*header[:1])
+    for column in header[1:]:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 

@@ -87,6 +87,40 @@ def install_reference() -> Path:
     return script
 
 
+def start_baseline(cpu: int | None = None) -> Server:
+    """Bare uvicorn answering every request with an empty 204: the ceiling of this HTTP stack."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "app.bench.baseline:app", "--port", str(port), "--loop", "uvloop"]
+    cmd += ["--http", "httptools", "--no-access-log", "--log-level", "warning"]
+    process = subprocess.Popen(_pinned(cmd, cpu), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait(process, f"http://127.0.0.1:{port}/")
+    return Server("bare uvicorn (empty 204)", f"http://127.0.0.1:{port}/v1/stream", process)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fsync_ms(directory: Path, rounds: int = 100) -> float:
+    """Median fdatasync latency of 512-byte writes in `directory`: the floor of a durable append."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    samples = []
+    try:
+        for _ in range(rounds):
+            os.write(fd, b"x" * 512)
+            start = time.perf_counter()
+            os.fdatasync(fd)
+            samples.append((time.perf_counter() - start) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return sorted(samples)[len(samples) // 2]
+
+
 def start_reference(data_dir: Path | None, cpu: int | None = None) -> Server:
     script = install_reference()
     port = free_port()
