@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import resource
 import time
 import uuid
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import httpx
 
 from app.bench.client import ConnectionClosed, connect, encode_request
 from app.bench.run import Run
-from app.bench.stats import Recorder
+from app.bench.stats import Recorder, client_cpu
 
 
 @dataclass
@@ -26,11 +25,6 @@ class AppendOptions:
     warmup: float = 2.0
     content_type: str = "application/octet-stream"
     producers: bool = False
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def make_payload(size: int, content_type: str) -> bytes:
@@ -103,7 +97,7 @@ async def run_append(run: Run, opts: AppendOptions) -> dict[str, Any]:
 
     async def mark_measurement() -> None:
         await asyncio.sleep(max(measure_from - loop.time(), 0))
-        cpu_at_measure.append(_cpu())
+        cpu_at_measure.append(client_cpu())
 
     tasks = [asyncio.create_task(writer(w)) for w in range(opts.writers)]
     marker = asyncio.create_task(mark_measurement())
@@ -115,7 +109,7 @@ async def run_append(run: Run, opts: AppendOptions) -> dict[str, Any]:
     for rec in recorders:
         total.merge(rec)
     summary = total.summary(elapsed)
-    cpu_used = _cpu() - (cpu_at_measure[0] if cpu_at_measure else _cpu())
+    cpu_used = client_cpu() - (cpu_at_measure[0] if cpu_at_measure else client_cpu())
     summary["seconds"] = elapsed
     summary["client_cpu"] = cpu_used / elapsed  # share of one core the load generator used
     summary["_requests_total"] = requests[0]

@@ -1,16 +1,18 @@
-"""A minimal HTTP/1.1 keep-alive client on asyncio, for load generation.
+"""Minimal HTTP/1.1 clients on asyncio, for load generation.
 
 httpx tops out around a thousand requests a second on this kind of machine,
-far below the servers under test. This client sends pre-encoded requests
+far below the servers under test. `Connection` sends pre-encoded requests
 over persistent connections and parses only the status line and
 Content-Length of each response, so one core can drive tens of thousands of
-requests a second. It does not handle chunked responses (appends never get
-one).
+requests a second; it does not handle chunked responses (appends never get
+one). `EventStream` reads one Server-Sent Events response (chunked or not)
+and hands over whole events.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 
@@ -78,3 +80,87 @@ def encode_request(method: str, url: str, headers: dict[str, str], body: bytes =
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+class EventStream(asyncio.Protocol):
+    """One SSE response: `events` yields (event type, data) as they arrive; ends when the server closes."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._status: int | None = None
+        self._chunked = False
+        self._body = b""
+        self._queue: asyncio.Queue[tuple[bytes, bytes] | None] = asyncio.Queue()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._status is None:
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self._buf[:end]).lower()
+            self._status = int(head[9:12])
+            self._chunked = b"transfer-encoding: chunked" in head
+            del self._buf[: end + 4]
+        body = self._dechunk() if self._chunked else self._take_all()
+        self._body += body.replace(b"\r\n", b"\n")
+        *blocks, self._body = self._body.split(b"\n\n")
+        for block in blocks:
+            kind, lines = b"", []
+            for line in block.split(b"\n"):
+                if line.startswith(b"event:"):
+                    kind = line[6:].strip()
+                elif line.startswith(b"data:"):
+                    lines.append(line[5:])
+            if lines:
+                self._queue.put_nowait((kind, b"\n".join(lines)))
+
+    def _take_all(self) -> bytes:
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
+    def _dechunk(self) -> bytes:
+        out = []
+        while True:
+            line_end = self._buf.find(b"\r\n")
+            if line_end < 0:
+                break
+            size = int(bytes(self._buf[:line_end]).split(b";")[0], 16)
+            if len(self._buf) < line_end + 2 + size + 2:
+                break
+            out.append(bytes(self._buf[line_end + 2 : line_end + 2 + size]))
+            del self._buf[: line_end + 2 + size + 2]
+            if size == 0:
+                self._queue.put_nowait(None)
+                break
+        return b"".join(out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._queue.put_nowait(None)
+
+    @property
+    def status(self) -> int | None:
+        return self._status
+
+    async def events(self) -> AsyncIterator[tuple[bytes, bytes]]:
+        while (item := await self._queue.get()) is not None:
+            yield item
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def open_event_stream(url: str) -> EventStream:
+    """Sends GET `url` (with its query) and returns the stream of events."""
+    parts = urlsplit(url)
+    loop = asyncio.get_running_loop()
+    _, stream = await loop.create_connection(EventStream, parts.hostname or "127.0.0.1", parts.port or 80)
+    assert stream.transport is not None
+    stream.transport.write(encode_request("GET", url, {"Accept": "text/event-stream"}))
+    return stream

@@ -14,7 +14,7 @@ import httpx
 from app.bench.append import create_streams
 from app.bench.client import connect, encode_request
 from app.bench.run import Run
-from app.bench.stats import latency_summary, rate
+from app.bench.stats import client_cpu, latency_summary, rate
 
 
 @dataclass
@@ -61,11 +61,12 @@ async def run_replay(run: Run, opts: ReplayOptions) -> dict[str, Any]:
 
     limits = httpx.Limits(max_connections=opts.streams * opts.readers + 10)
     async with httpx.AsyncClient(limits=limits, timeout=60, follow_redirects=True) as client:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), client_cpu()
         reads = [asyncio.create_task(_read_all(client, url)) for url in targets for _ in range(opts.readers)]
         await run.progress("replay: read", 600, reads)
         results = await asyncio.gather(*reads)
         wall = time.perf_counter() - start
+        cpu = client_cpu() - cpu_start
 
     total = sum(size for _, size in results)
     expected = opts.streams * opts.readers * opts.events * opts.size
@@ -74,6 +75,7 @@ async def run_replay(run: Run, opts: ReplayOptions) -> dict[str, Any]:
         "bytes_read": total,
         "bytes_expected": expected,
         "mb_per_second": rate(total, wall) / 1e6,
+        "client_cpu": cpu / wall,
     }
     out.update({f"caught_up_{k}": v for k, v in latency_summary([t for t, _ in results]).items()})
     return out

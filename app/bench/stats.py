@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import resource
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -58,6 +59,12 @@ class Recorder:
         out["max_ms"] = (lat[-1] if lat else math.nan) * 1000
         out["errors"] = self.errors
         return out
+
+
+def client_cpu() -> float:
+    """CPU seconds (user and system) this process has used: the load generator's own cost."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def rate(count: float, seconds: float) -> float:
