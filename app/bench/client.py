@@ -25,6 +25,7 @@ class Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self._transport: asyncio.Transport | None = None
+        self.head = b""  # the last response's status line and headers, lower-cased
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -37,17 +38,20 @@ class Connection(asyncio.Protocol):
         end = self._buf.find(b"\r\n\r\n")
         if end < 0:
             return
-        head = bytes(self._buf[:end])
-        length = 0
-        marker = head.lower().find(b"\r\ncontent-length:")
-        if marker >= 0:
-            line_end = head.find(b"\r\n", marker + 2)
-            length = int(head[marker + 17 : line_end if line_end >= 0 else len(head)])
-        total = end + 4 + length
-        if len(self._buf) < total:
-            return
-        body = bytes(self._buf[end + 4 : total])
+        head = bytes(self._buf[:end]).lower()
+        if b"\r\ntransfer-encoding: chunked" in head:
+            parsed = _dechunk(self._buf, end + 4)
+            if parsed is None:
+                return
+            body, total = parsed
+        else:
+            length = int(header(head, b"content-length") or 0)
+            total = end + 4 + length
+            if len(self._buf) < total:
+                return
+            body = bytes(self._buf[end + 4 : total])
         del self._buf[:total]
+        self.head = head
         waiter.set_result((int(head[9:12]), body))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -71,6 +75,33 @@ async def connect(url: str) -> Connection:
     loop = asyncio.get_running_loop()
     _, protocol = await loop.create_connection(Connection, parts.hostname or "127.0.0.1", parts.port or 80)
     return protocol
+
+
+def _dechunk(buf: bytearray, start: int) -> tuple[bytes, int] | None:
+    """A complete chunked body from `start`: (body, end position), or None until it has all arrived."""
+    parts: list[bytes] = []
+    pos = start
+    while True:
+        line_end = buf.find(b"\r\n", pos)
+        if line_end < 0:
+            return None
+        size = int(bytes(buf[pos:line_end]).split(b";")[0], 16)
+        if len(buf) < line_end + 2 + size + 2:
+            return None
+        if size == 0:
+            return b"".join(parts), line_end + 4  # no trailers expected
+        parts.append(bytes(buf[line_end + 2 : line_end + 2 + size]))
+        pos = line_end + 2 + size + 2
+
+
+def header(head: bytes, name: bytes) -> bytes | None:
+    """A header's value from a lower-cased response head, or None."""
+    marker = head.find(b"\r\n" + name + b":")
+    if marker < 0:
+        return None
+    start = marker + len(name) + 3
+    end = head.find(b"\r\n", start)
+    return head[start : end if end >= 0 else len(head)].strip()
 
 
 def encode_request(method: str, url: str, headers: dict[str, str], body: bytes = b"") -> bytes:

@@ -9,10 +9,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from app.bench.append import create_streams
-from app.bench.client import connect, encode_request
+from app.bench.client import connect, encode_request, header
 from app.bench.run import Run
 from app.bench.stats import client_cpu, latency_summary, rate
 
@@ -37,17 +35,22 @@ async def _fill(url: str, events: int, payload: bytes) -> None:
         conn.close()
 
 
-async def _read_all(client: httpx.AsyncClient, url: str) -> tuple[float, int]:
-    """Reads a stream from -1 until up to date; returns (seconds, bytes)."""
+async def _read_all(url: str) -> tuple[float, int]:
+    """Reads a stream from -1 until up to date over one connection; returns (seconds, bytes)."""
+    conn = await connect(url)
     start = time.perf_counter()
-    offset, size = "-1", 0
-    while True:
-        r = await client.get(url, params={"offset": offset})
-        r.raise_for_status()
-        size += len(r.content)
-        offset = r.headers["stream-next-offset"]
-        if "stream-up-to-date" in r.headers:
-            return time.perf_counter() - start, size
+    offset, size = b"-1", 0
+    try:
+        while True:
+            status, body = await conn.request(encode_request("GET", f"{url}?offset={offset.decode()}", {}))
+            if status != 200:
+                raise RuntimeError(f"reading {url}: {status} {body[:200]!r}")
+            size += len(body)
+            offset = header(conn.head, b"stream-next-offset") or offset
+            if header(conn.head, b"stream-up-to-date") is not None:
+                return time.perf_counter() - start, size
+    finally:
+        conn.close()
 
 
 async def run_replay(run: Run, opts: ReplayOptions) -> dict[str, Any]:
@@ -59,14 +62,12 @@ async def run_replay(run: Run, opts: ReplayOptions) -> dict[str, Any]:
     await run.progress("replay: fill", 600, filling)
     await asyncio.gather(*filling)
 
-    limits = httpx.Limits(max_connections=opts.streams * opts.readers + 10)
-    async with httpx.AsyncClient(limits=limits, timeout=60, follow_redirects=True) as client:
-        start, cpu_start = time.perf_counter(), client_cpu()
-        reads = [asyncio.create_task(_read_all(client, url)) for url in targets for _ in range(opts.readers)]
-        await run.progress("replay: read", 600, reads)
-        results = await asyncio.gather(*reads)
-        wall = time.perf_counter() - start
-        cpu = client_cpu() - cpu_start
+    start, cpu_start = time.perf_counter(), client_cpu()
+    reads = [asyncio.create_task(_read_all(url)) for url in targets for _ in range(opts.readers)]
+    await run.progress("replay: read", 600, reads)
+    results = await asyncio.gather(*reads)
+    wall = time.perf_counter() - start
+    cpu = client_cpu() - cpu_start
 
     total = sum(size for _, size in results)
     expected = opts.streams * opts.readers * opts.events * opts.size
@@ -74,6 +75,7 @@ async def run_replay(run: Run, opts: ReplayOptions) -> dict[str, Any]:
         "clients": len(results),
         "bytes_read": total,
         "bytes_expected": expected,
+        "complete": total == expected,
         "mb_per_second": rate(total, wall) / 1e6,
         "client_cpu": cpu / wall,
     }

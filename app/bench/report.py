@@ -26,6 +26,8 @@ def machine() -> dict[str, Any]:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         if math.isnan(value):
             return "-"
@@ -36,7 +38,7 @@ def _cell(value: Any) -> str:
 
 
 def _ratio(mine: Any, other: Any) -> str:
-    numbers = isinstance(mine, int | float) and isinstance(other, int | float)
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (mine, other))
     if not numbers or not other or math.isnan(mine) or math.isnan(other):
         return ""
     return f"{mine / other:.2f}x"
