@@ -60,3 +60,16 @@ def test_cli_prints_a_table_and_writes_json(rill: RillProcess, tmp_path: Path) -
     document = json.loads(out.read_text())
     assert document["workload"] == "append" and document["machine"]["cores"] >= 1
     assert document["results"]["server"]["ok"] > 0
+
+
+def test_compare_starts_rill_and_reports_server_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "compare.json"
+    cmd = [sys.executable, "-m", "app.cli", "bench", "compare", "append", "--skip-reference", "--baseline"]
+    cmd += ["--seconds", "0.5", "--warmup", "0.1", "--streams", "2", "--writers", "2", "--json-out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"rill", "bare uvicorn (empty 204)"}
+    assert results["rill"]["ok"] > 0 and results["rill"]["errors"] == {}
+    assert results["rill"]["server_cpu_us_per_op"] > 0
+    assert results["rill"]["disk_fsync_p50_ms"] >= 0
