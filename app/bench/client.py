@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import TypeVar
 from urllib.parse import urlsplit
+
+P = TypeVar("P", bound=asyncio.Protocol)
 
 
 class ConnectionClosed(Exception):
@@ -70,28 +73,39 @@ class Connection(asyncio.Protocol):
             self._transport.close()
 
 
-async def connect(url: str) -> Connection:
+async def _open(url: str, protocol: type[P]) -> P:
     parts = urlsplit(url)
     loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_connection(Connection, parts.hostname or "127.0.0.1", parts.port or 80)
-    return protocol
+    _, opened = await loop.create_connection(protocol, parts.hostname or "127.0.0.1", parts.port or 80)
+    return opened
+
+
+async def connect(url: str) -> Connection:
+    return await _open(url, Connection)
+
+
+def _next_chunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
+    """The chunk at `pos`: (data, position after it), or None until it has all arrived; b"" ends the body."""
+    line_end = buf.find(b"\r\n", pos)
+    if line_end < 0:
+        return None
+    size = int(bytes(buf[pos:line_end]).split(b";")[0], 16)
+    end = line_end + 2 + size + 2  # no trailers expected after the last chunk
+    if len(buf) < end:
+        return None
+    return bytes(buf[line_end + 2 : line_end + 2 + size]), end
 
 
 def _dechunk(buf: bytearray, start: int) -> tuple[bytes, int] | None:
     """A complete chunked body from `start`: (body, end position), or None until it has all arrived."""
     parts: list[bytes] = []
     pos = start
-    while True:
-        line_end = buf.find(b"\r\n", pos)
-        if line_end < 0:
-            return None
-        size = int(bytes(buf[pos:line_end]).split(b";")[0], 16)
-        if len(buf) < line_end + 2 + size + 2:
-            return None
-        if size == 0:
-            return b"".join(parts), line_end + 4  # no trailers expected
-        parts.append(bytes(buf[line_end + 2 : line_end + 2 + size]))
-        pos = line_end + 2 + size + 2
+    while (chunk := _next_chunk(buf, pos)) is not None:
+        data, pos = chunk
+        if not data:
+            return b"".join(parts), pos
+        parts.append(data)
+    return None
 
 
 def header(head: bytes, name: bytes) -> bytes | None:
@@ -157,18 +171,13 @@ class EventStream(asyncio.Protocol):
 
     def _dechunk(self) -> bytes:
         out = []
-        while True:
-            line_end = self._buf.find(b"\r\n")
-            if line_end < 0:
-                break
-            size = int(bytes(self._buf[:line_end]).split(b";")[0], 16)
-            if len(self._buf) < line_end + 2 + size + 2:
-                break
-            out.append(bytes(self._buf[line_end + 2 : line_end + 2 + size]))
-            del self._buf[: line_end + 2 + size + 2]
-            if size == 0:
+        while (chunk := _next_chunk(self._buf, 0)) is not None:
+            data, end = chunk
+            del self._buf[:end]
+            if not data:
                 self._queue.put_nowait(None)
                 break
+            out.append(data)
         return b"".join(out)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -189,9 +198,7 @@ class EventStream(asyncio.Protocol):
 
 async def open_event_stream(url: str) -> EventStream:
     """Sends GET `url` (with its query) and returns the stream of events."""
-    parts = urlsplit(url)
-    loop = asyncio.get_running_loop()
-    _, stream = await loop.create_connection(EventStream, parts.hostname or "127.0.0.1", parts.port or 80)
+    stream = await _open(url, EventStream)
     assert stream.transport is not None
     stream.transport.write(encode_request("GET", url, {"Accept": "text/event-stream"}))
     return stream
