@@ -1,5 +1,11 @@
 """Pure Raft: messages and ticks in, a Ready (what to persist, send and apply) out.
 
+With pre-vote, a node that lost touch first asks whether it could win before it bumps its
+term, so a partitioned node rejoining does not depose a healthy leader. With check-quorum, a
+leader that has not heard from a majority for an election timeout steps down, and followers
+that heard from a leader within that time ignore vote requests (the leader's lease).
+
+
 No I/O, no clock, no asyncio. The driver owns disk and network: for every
 Ready it persists the hard state and entries (synced), then sends the
 messages, then applies the committed entries and reports back with
@@ -28,6 +34,7 @@ MAX_ENTRIES_PER_MESSAGE = 256
 
 class Role(Enum):
     FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
     CANDIDATE = "candidate"
     LEADER = "leader"
 
@@ -57,6 +64,8 @@ class RaftCore:
         seed: int = 0,
         election_ticks: int = 10,
         heartbeat_ticks: int = 1,
+        pre_vote: bool = True,
+        check_quorum: bool = True,
     ) -> None:
         self.id = node_id
         self.voters = sorted(voters)
@@ -77,6 +86,10 @@ class RaftCore:
         self.elapsed = 0
         self.timeout = self._random_timeout()
         self.votes: set[int] = set()
+        self.pre_vote = pre_vote
+        self.check_quorum = check_quorum
+        self.active: set[int] = set()  # peers heard from since the leader's last quorum check
+        self.quorum_elapsed = 0
         self.next: dict[int, int] = {}
         self.match: dict[int, int] = {}
         self.outbox: list[Message] = []
@@ -109,11 +122,36 @@ class RaftCore:
     def tick(self) -> None:
         self.elapsed += 1
         if self.role is Role.LEADER:
+            self.quorum_elapsed += 1
+            if self.check_quorum and self.quorum_elapsed >= self.election_ticks:
+                self.quorum_elapsed = 0
+                if len(self.active) + 1 < self.quorum():
+                    self._become_follower(self.term, 0)  # cut off from a majority: stop accepting writes
+                    return
+                self.active = set()
             if self.elapsed >= self.heartbeat_ticks:
                 self.elapsed = 0
                 self._broadcast_append()
         elif self.elapsed >= self.timeout and self.id in self.voters:
+            self.start_election()
+
+    def start_election(self) -> None:
+        """Campaigns, after a pre-vote round when pre-vote is on."""
+        if not self.pre_vote:
             self.campaign()
+            return
+        self.role = Role.PRE_CANDIDATE
+        self.leader = 0
+        self.votes = {self.id}
+        self.elapsed = 0
+        self.timeout = self._random_timeout()
+        if len(self.votes) >= self.quorum():
+            self.campaign()
+            return
+        for peer in self._peers():
+            self.outbox.append(
+                RequestVote(self.term + 1, self.id, peer, self.last_index(), self.last_term(), pre_vote=True)
+            )
 
     def campaign(self) -> None:
         self.role = Role.CANDIDATE
@@ -139,9 +177,18 @@ class RaftCore:
         return index
 
     def step(self, msg: Message) -> None:
+        if self.role is Role.LEADER and msg.src in self.next:
+            self.active.add(msg.src)
+        if isinstance(msg, RequestVote) and self._in_lease():
+            return  # a leader is alive as far as we know: do not help depose it
         if msg.term > self.term:
-            leader = msg.src if isinstance(msg, AppendEntries) else 0
-            self._become_follower(msg.term, leader)
+            if isinstance(msg, RequestVote) and msg.pre_vote:
+                pass  # a pre-vote asks a question; it changes no term
+            elif isinstance(msg, VoteResponse) and msg.pre_vote and msg.granted:
+                pass
+            else:
+                leader = msg.src if isinstance(msg, AppendEntries) else 0
+                self._become_follower(msg.term, leader)
         if msg.term < self.term:
             if isinstance(msg, AppendEntries):
                 self.outbox.append(AppendResponse(self.term, self.id, msg.src, False, self.last_index()))
@@ -216,6 +263,8 @@ class RaftCore:
         self.role = Role.LEADER
         self.leader = self.id
         self.elapsed = 0
+        self.quorum_elapsed = 0
+        self.active = set()
         self.next = {p: self.last_index() + 1 for p in self._peers()}
         self.match = {p: 0 for p in self._peers()}
         # A no-op in the new term lets entries from earlier terms commit.
@@ -226,6 +275,10 @@ class RaftCore:
 
     def _on_request_vote(self, msg: RequestVote) -> None:
         up_to_date = (msg.last_term, msg.last_index) >= (self.last_term(), self.last_index())
+        if msg.pre_vote:
+            granted = up_to_date and msg.term > self.term
+            self.outbox.append(VoteResponse(msg.term if granted else self.term, self.id, msg.src, granted, True))
+            return
         granted = self.vote in (0, msg.src) and up_to_date and self.role is not Role.LEADER
         if granted:
             self.vote = msg.src
@@ -233,11 +286,20 @@ class RaftCore:
         self.outbox.append(VoteResponse(self.term, self.id, msg.src, granted))
 
     def _on_vote_response(self, msg: VoteResponse) -> None:
-        if self.role is not Role.CANDIDATE or not msg.granted:
+        if not msg.granted:
             return
-        self.votes.add(msg.src)
-        if len(self.votes) >= self.quorum():
-            self._become_leader()
+        if msg.pre_vote and self.role is Role.PRE_CANDIDATE:
+            self.votes.add(msg.src)
+            if len(self.votes) >= self.quorum():
+                self.campaign()
+        elif not msg.pre_vote and self.role is Role.CANDIDATE:
+            self.votes.add(msg.src)
+            if len(self.votes) >= self.quorum():
+                self._become_leader()
+
+    def _in_lease(self) -> bool:
+        """A follower that heard from its leader within an election timeout."""
+        return self.check_quorum and self.leader != 0 and self.elapsed < self.election_ticks
 
     def _on_append(self, msg: AppendEntries) -> None:
         if self.role is not Role.FOLLOWER or self.leader != msg.src:

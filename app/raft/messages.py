@@ -18,11 +18,12 @@ class HardState(msgspec.Struct, array_like=True):
 
 
 class RequestVote(msgspec.Struct, tag=True, array_like=True):
-    term: int
+    term: int  # for a pre-vote: the term the candidate would campaign in
     src: int
     dst: int
     last_index: int
     last_term: int
+    pre_vote: bool = False
 
 
 class VoteResponse(msgspec.Struct, tag=True, array_like=True):
@@ -30,6 +31,7 @@ class VoteResponse(msgspec.Struct, tag=True, array_like=True):
     src: int
     dst: int
     granted: bool
+    pre_vote: bool = False
 
 
 class AppendEntries(msgspec.Struct, tag=True, array_like=True):

@@ -67,10 +67,10 @@ def test_follower_rejects_append_with_gap_and_hints() -> None:
 class Cluster:
     """Deterministic network of cores: seeded drops, reordering and partitions; a fake clock of ticks."""
 
-    def __init__(self, seed: int, size: int = 3) -> None:
+    def __init__(self, seed: int, size: int = 3, pre_vote: bool = True) -> None:
         self.rng = random.Random(seed)
         ids = list(range(1, size + 1))
-        self.cores = {i: RaftCore(i, ids, HardState(), [], seed=seed) for i in ids}
+        self.cores = {i: RaftCore(i, ids, HardState(), [], seed=seed, pre_vote=pre_vote) for i in ids}
         self.inflight: list[Message] = []
         self.applied: dict[int, list[Entry]] = {i: [] for i in ids}
         self.leaders: dict[int, set[int]] = {}
@@ -122,3 +122,52 @@ def test_simulation_safety_and_progress(seed: int) -> None:
     # Progress once the network heals: everyone catches up to the same commit.
     assert len({len(log) for log in logs}) == 1
     assert any(data for _, _, data in longest) or proposed == 0
+
+
+def _settle(cluster: Cluster, steps: int = 100) -> RaftCore:
+    for _ in range(steps):
+        cluster.step(drop=0.0)
+    leader = cluster.leader()
+    assert leader is not None
+    return leader
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pre_vote_keeps_a_rejoining_node_from_deposing_the_leader(seed: int) -> None:
+    cluster = Cluster(seed)
+    leader = _settle(cluster)
+    term = leader.term
+    follower = next(i for i in cluster.cores if i != leader.id)
+    cluster.cut = {follower}
+    for _ in range(200):  # many election timeouts alone: without pre-vote its term would climb
+        cluster.step(drop=0.0)
+    assert cluster.cores[follower].term == term
+    cluster.cut = set()
+    _settle(cluster)
+    assert cluster.leader() is leader and leader.term == term
+
+
+def test_without_pre_vote_a_rejoining_node_bumps_the_term() -> None:
+    cluster = Cluster(1, pre_vote=False)
+    leader = _settle(cluster)
+    term = leader.term
+    follower = next(i for i in cluster.cores if i != leader.id)
+    cluster.cut = {follower}
+    for _ in range(200):
+        cluster.step(drop=0.0)
+    cluster.cut = set()
+    assert _settle(cluster).term > term
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_check_quorum_steps_an_isolated_leader_down(seed: int) -> None:
+    cluster = Cluster(seed)
+    leader = _settle(cluster)
+    cluster.cut = {leader.id}
+    for _ in range(2 * leader.election_ticks + 1):
+        cluster.step(drop=0.0)
+    assert leader.role is not Role.LEADER  # it stops taking writes it could never commit
+    for _ in range(100):
+        cluster.step(drop=0.0)
+    new_leader = cluster.leader()
+    assert new_leader is not None and new_leader.id != leader.id
