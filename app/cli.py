@@ -9,7 +9,7 @@ from pathlib import Path
 import uvicorn
 
 from app.bench import cli as bench_cli
-from app.config import load_settings
+from app.config import load_settings, parse_peers
 from app.server import create_app
 
 
@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--long-poll-timeout", type=float, help="seconds a long-poll waits (default 20)")
     serve.add_argument("--max-body-bytes", type=int)
     serve.add_argument("--access-log", action="store_true", default=None)
+    serve.add_argument("--node-id", type=int, help="this node's id in --peers")
+    serve.add_argument("--peers", type=parse_peers, help="1=http://127.0.0.1:4437,2=...,3=... (all voters)")
+    serve.add_argument("--cluster-secret", help="shared secret signing Raft messages between nodes")
+    serve.add_argument("--forward-writes", action="store_true", default=None, help="followers proxy writes")
     bench_cli.add_parser(sub)
     args = parser.parse_args(argv)
 
@@ -40,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
             long_poll_timeout=args.long_poll_timeout,
             max_body_bytes=args.max_body_bytes,
             access_log=args.access_log,
+            node_id=args.node_id,
+            peers=args.peers,
+            cluster_secret=args.cluster_secret,
+            forward_writes=args.forward_writes,
         )
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         uvicorn.run(

@@ -17,6 +17,9 @@ class Settings(BaseSettings):
     port: int = Field(4437, ge=0, le=65535)
     data_dir: Path = Path("./data")
     node_id: int = Field(1, ge=1)
+    peers: dict[int, str] = Field(default_factory=dict, description="node id -> base URL; empty: a single node")
+    cluster_secret: str = Field("", description="shared by the nodes; signs their Raft messages")
+    forward_writes: bool = Field(False, description="followers proxy writes to the leader instead of a 307")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
     read_chunk_bytes: int = Field(1024 * 1024, ge=1024)
     long_poll_timeout: float = Field(20.0, gt=0, description="seconds a long-poll waits for data")
@@ -26,6 +29,17 @@ class Settings(BaseSettings):
     access_log: bool = False
 
 
+def parse_peers(text: str) -> dict[int, str]:
+    """`1=http://127.0.0.1:4437,2=http://127.0.0.1:4438` -> {1: ..., 2: ...}."""
+    peers: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node_id, sep, url = item.partition("=")
+        if not sep or not node_id.strip().isdigit() or not url.strip():
+            raise ValueError(f"peers must look like 1=http://host:port,2=...; got {item!r}")
+        peers[int(node_id)] = url.strip().rstrip("/")
+    return peers
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     values: dict[str, Any] = {}
     if config_file is not None:
@@ -33,4 +47,10 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             values.update(tomllib.load(fh))
     values.update({k: v for k, v in overrides.items() if v is not None})
     # Explicit values win over the environment; pydantic-settings reads RILL_* for the rest.
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.peers:
+        if settings.node_id not in settings.peers:
+            raise ValueError(f"node {settings.node_id} is not among the peers {sorted(settings.peers)}")
+        if not settings.cluster_secret:
+            raise ValueError("a cluster needs --cluster-secret (or RILL_CLUSTER_SECRET) on every node")
+    return settings

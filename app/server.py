@@ -23,6 +23,9 @@ from app.protocol.live import Signals
 from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft_node import RaftNode
+from app.raft_transport import AUTH_HEADER, Transport, verify
+from app.raft_transport import PATH as TRANSPORT_PATH
+from app.raft_transport import decode as decode_messages
 from app.routes import StreamRoutes
 from app.state_machine import records
 from app.state_machine.machine import StateMachine
@@ -50,8 +53,35 @@ EXPOSED_HEADERS = [
 
 
 async def healthz(request: Request) -> Response:
-    node = request.app.state.engine.node
-    return JSONResponse({"status": "ok", "leader": node.is_leader, "applied": node.core.applied})
+    core = request.app.state.engine.node.core
+    return JSONResponse(
+        {
+            "status": "ok",
+            "node": core.id,
+            "role": core.role.value,
+            "term": core.term,
+            "leader": core.leader or None,
+            "commit": core.commit,
+            "applied": core.applied,
+            "last_index": core.last_index(),
+        }
+    )
+
+
+async def raft_messages(request: Request) -> Response:
+    """Raft traffic from the other nodes, accepted only with a valid signature."""
+    engine = request.app.state.engine
+    secret = request.app.state.cluster_secret
+    body = await request.body()
+    if not secret or not verify(secret, body, request.headers.get(AUTH_HEADER)):
+        return _error(403, "forbidden", "not a signed message from this cluster")
+    try:
+        messages = decode_messages(body)
+    except Exception:
+        return _error(400, "bad_request", "undecodable Raft messages")
+    for msg in messages:
+        engine.node.receive(msg)
+    return Response(status_code=204)
 
 
 async def openapi(request: Request) -> Response:
@@ -82,13 +112,18 @@ def create_app(settings: Settings) -> ASGIApp:
         state_kv = RocksKV(data_dir / "state", records.COLUMN_FAMILIES)
         signals = Signals()
         machine = StateMachine(state_kv, on_change=signals.notify)
+        voters = sorted(settings.peers) or [settings.node_id]
+        secret = settings.cluster_secret.encode()
+        transport = Transport(settings.node_id, settings.peers, secret) if settings.peers else None
         node = RaftNode(
             settings.node_id,
-            [settings.node_id],
+            voters,
             LogStore(raft_kv),
             machine,
+            send=transport.send if transport else None,
             tick_seconds=settings.raft_tick_seconds,
         )
+        app.state.cluster_secret = secret
         limits = Limits(
             max_body_bytes=settings.max_body_bytes,
             read_chunk_bytes=settings.read_chunk_bytes,
@@ -96,7 +131,7 @@ def create_app(settings: Settings) -> ASGIApp:
             sse_max_seconds=settings.sse_max_seconds,
             sse_ping_seconds=settings.sse_ping_seconds,
         )
-        engine = Engine(node, machine, signals, limits)
+        engine = Engine(node, machine, signals, limits, settings.peers, settings.forward_writes)
         app.state.engine = engine
         await node.start()
         # Long-lived startup objects leave the collector's view, and young collections run less
@@ -110,11 +145,18 @@ def create_app(settings: Settings) -> ASGIApp:
         finally:
             sweeper.cancel()
             await node.stop()
+            if transport is not None:
+                await transport.close()
+            await streams.forwarder.close()
             state_kv.close()
             raft_kv.close()
 
     starlette = Starlette(
-        routes=[Route("/healthz", healthz), Route("/openapi.yaml", openapi)],
+        routes=[
+            Route("/healthz", healthz),
+            Route("/openapi.yaml", openapi),
+            Route(TRANSPORT_PATH, raft_messages, methods=["POST"]),
+        ],
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},
     )

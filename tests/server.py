@@ -59,3 +59,64 @@ class RillProcess:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class RillCluster:
+    """N `rill serve` processes forming one Raft group on 127.0.0.1."""
+
+    SECRET = "test-cluster-secret"
+
+    def __init__(self, root: Path, size: int = 3, *extra: str) -> None:
+        ports = [free_port() for _ in range(size)]
+        peers = ",".join(f"{i + 1}=http://127.0.0.1:{port}" for i, port in enumerate(ports))
+        self.nodes = {
+            i + 1: RillProcess(
+                root / f"node-{i + 1}",
+                port,
+                "--node-id",
+                str(i + 1),
+                "--peers",
+                peers,
+                "--cluster-secret",
+                self.SECRET,
+                *extra,
+            )
+            for i, port in enumerate(ports)
+        }
+
+    def start(self) -> RillCluster:
+        for node in self.nodes.values():
+            node.start()
+        self.wait_for_leader()
+        return self
+
+    def health(self, node_id: int) -> dict[str, object] | None:
+        try:
+            return httpx.get(self.nodes[node_id].url + "/healthz", timeout=1).json()
+        except httpx.HTTPError:
+            return None
+
+    def wait_for_leader(self, timeout: float = 15.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node_id, node in self.nodes.items():
+                if node.proc and node.proc.poll() is None:
+                    health = self.health(node_id)
+                    if health and health["role"] == "leader":
+                        return node_id
+            time.sleep(0.05)
+        raise RuntimeError("no leader was elected in time")
+
+    def wait_converged(self, timeout: float = 15.0) -> None:
+        """Every live node has applied the same index."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            applied = {h["applied"] for i in self.nodes if (h := self.health(i))}
+            if len(applied) == 1:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the nodes did not converge in time")
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()

@@ -33,8 +33,18 @@ def now_ms() -> int:
 
 
 class Engine:
-    def __init__(self, node: RaftNode, machine: StateMachine, signals: Signals, limits: Limits) -> None:
+    def __init__(
+        self,
+        node: RaftNode,
+        machine: StateMachine,
+        signals: Signals,
+        limits: Limits,
+        peers: dict[int, str] | None = None,
+        forward_writes: bool = False,
+    ) -> None:
         self.node = node
+        self.peers = peers or {}
+        self.forward_writes = forward_writes
         self.machine = machine
         self.signals = signals
         self.limits = limits
@@ -50,6 +60,14 @@ class Engine:
             raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
         except ProposalDropped:
             raise ProtocolError(503, "retry", "leadership changed; retry the request", {"retry-after": "1"}) from None
+
+    @property
+    def clustered(self) -> bool:
+        return len(self.peers) > 1
+
+    def leader_url(self) -> str | None:
+        """The leader's base URL when another node leads; None when unknown."""
+        return self.peers.get(self.node.core.leader)
 
     def bucket_exists(self, bucket: str) -> bool:
         return bucket in self.machine.buckets

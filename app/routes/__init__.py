@@ -14,12 +14,24 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from app.protocol.buckets import serve_bucket
-from app.protocol.errors import ProtocolError, error_reply, render_error
-from app.protocol.http import Call, send_reply, with_security_headers
+from app.protocol.errors import ProtocolError, error_body, error_reply, render_error
+from app.protocol.http import Call, Reply, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
 from app.routes import compat, ds, legacy
+from app.routes.forward import Forwarder, leader_target
 
 log = logging.getLogger("rill.http")
+
+
+_WRITES = ("PUT", "POST", "DELETE")
+
+
+def _to_leader(leader: str | None, scope: Scope) -> Reply:
+    if leader is None:
+        return error_reply(503, "no_leader", "no leader is known yet; retry shortly", {"retry-after": "1"})
+    body = error_body("not_leader", "this node does not lead the cluster; follow the redirect")
+    return Reply(307, {"location": leader_target(leader, scope), "content-type": "application/json"}, body)
+
 
 _BUILTIN = (compat.family, legacy.family)
 _PREFIXES = (ds.PREFIX, compat.family.prefix, legacy.family.prefix)
@@ -28,6 +40,7 @@ _PREFIXES = (ds.PREFIX, compat.family.prefix, legacy.family.prefix)
 class StreamRoutes:
     def __init__(self, fallback: Starlette) -> None:
         self.fallback = fallback
+        self.forwarder = Forwarder()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,6 +61,16 @@ class StreamRoutes:
         call = Call.from_scope(scope, receive)
         engine = self.fallback.state.engine
         path = call.path
+        if engine.clustered and not engine.node.is_leader and call.method != "OPTIONS":
+            # Until followers serve reads with ReadIndex, the leader answers everything, so every
+            # answer is linearizable; a client following redirects never needs to know who leads.
+            leader = engine.leader_url()
+            if leader is not None and engine.forward_writes and call.method in _WRITES:
+                reply = await self.forwarder.forward(call, leader, engine.limits.max_body_bytes)
+            else:
+                reply = _to_leader(leader, scope)
+            await send_reply(send, reply, head_only=call.method == "HEAD")
+            return
         try:
             if path.startswith(ds.PREFIX):
                 target = ds.target(path)

@@ -1,0 +1,97 @@
+"""Raft messages between nodes: msgpack batches over HTTP, signed with the cluster secret.
+
+Each peer has one sender task that drains its queue into a single request,
+so messages produced together travel together over one keep-alive
+connection. Raft tolerates loss, so a full queue drops its oldest messages
+(they are resent on later heartbeats) instead of holding memory, and a peer
+that is down just costs failed requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+from collections import deque
+
+import httpx
+import msgspec
+
+from app.raft.messages import Message
+
+log = logging.getLogger("rill.transport")
+
+PATH = "/_rill/raft"
+AUTH_HEADER = "x-rill-signature"
+FROM_HEADER = "x-rill-from"
+MAX_QUEUED_BYTES = 64 * 1024 * 1024
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[Message])
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    return hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def verify(secret: bytes, body: bytes, signature: str | None) -> bool:
+    return signature is not None and hmac.compare_digest(sign(secret, body), signature)
+
+
+def decode(body: bytes) -> list[Message]:
+    return _decoder.decode(body)
+
+
+class Transport:
+    def __init__(self, node_id: int, peers: dict[int, str], secret: bytes) -> None:
+        self.node_id = node_id
+        self.peers = {pid: url.rstrip("/") for pid, url in peers.items() if pid != node_id}
+        self.secret = secret
+        self._queues: dict[int, deque[Message]] = {pid: deque() for pid in self.peers}
+        self._bytes: dict[int, int] = dict.fromkeys(self.peers, 0)
+        self._ready = {pid: asyncio.Event() for pid in self.peers}
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(2.0), limits=httpx.Limits(max_keepalive_connections=8))
+        self._tasks = [asyncio.create_task(self._sender(pid)) for pid in self.peers]
+
+    async def send(self, messages: list[Message]) -> None:
+        for msg in messages:
+            queue = self._queues.get(msg.dst)
+            if queue is None:
+                continue
+            queue.append(msg)
+            self._bytes[msg.dst] += _size(msg)
+            while self._bytes[msg.dst] > MAX_QUEUED_BYTES and len(queue) > 1:
+                self._bytes[msg.dst] -= _size(queue.popleft())
+            self._ready[msg.dst].set()
+
+    async def _sender(self, peer: int) -> None:
+        url = self.peers[peer] + PATH
+        queue = self._queues[peer]
+        while True:
+            await self._ready[peer].wait()
+            self._ready[peer].clear()
+            batch = list(queue)
+            queue.clear()
+            self._bytes[peer] = 0
+            if not batch:
+                continue
+            body = _encoder.encode(batch)
+            headers = {AUTH_HEADER: sign(self.secret, body), FROM_HEADER: str(self.node_id)}
+            try:
+                await self._client.post(url, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                log.debug("raft messages to node %s lost: %s", peer, exc)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._client.aclose()
+
+
+def _size(msg: Message) -> int:
+    entries = getattr(msg, "entries", None)
+    return 64 + (sum(len(e.data) + 24 for e in entries) if entries else 0)
