@@ -347,6 +347,8 @@ class StreamsModel(RuleBasedStateMachine):
             else:
                 # Closing a closed stream is idempotent. A producer's close-only is still an
                 # accepted request: it is echoed and consumes the seq (spec: closure §1.7).
+                # Like any close-only POST it is a write, so it renews a sliding TTL.
+                s.touched_at = self.now
                 self.expect(out, Code.APPENDED, s)
                 assert not out.fresh_producer
                 if producer is not None:
