@@ -8,6 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
+from app import cluster_cli
 from app.bench import cli as bench_cli
 from app.config import load_settings, parse_peers
 from app.server import create_app
@@ -29,10 +30,14 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--cluster-secret", help="shared secret signing Raft messages between nodes")
     serve.add_argument("--forward-writes", action="store_true", default=None, help="followers proxy writes")
     bench_cli.add_parser(sub)
+    cluster_cli.add_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "bench":
         bench_cli.main(args)
+        return
+    if args.command == "cluster":
+        cluster_cli.main(args)
         return
 
     if args.command == "serve":

@@ -53,7 +53,8 @@ EXPOSED_HEADERS = [
 
 
 async def healthz(request: Request) -> Response:
-    core = request.app.state.engine.node.core
+    engine = request.app.state.engine
+    core = engine.node.core
     return JSONResponse(
         {
             "status": "ok",
@@ -64,6 +65,7 @@ async def healthz(request: Request) -> Response:
             "commit": core.commit,
             "applied": core.applied,
             "last_index": core.last_index(),
+            "peers": {str(node_id): url for node_id, url in engine.peers.items()},
         }
     )
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +106,12 @@ def test_internal_route_refuses_unsigned_messages(cluster: RillCluster) -> None:
     assert httpx.post(url, content=b"\x90", headers={AUTH_HEADER: sign(b"wrong", b"\x90")}).status_code == 403
     signed = {AUTH_HEADER: sign(RillCluster.SECRET.encode(), b"\x90")}
     assert httpx.post(url, content=b"\x90", headers=signed).status_code == 204  # an empty, valid batch
+
+
+def test_cluster_status_finds_every_node_from_one(cluster: RillCluster) -> None:
+    cmd = [sys.executable, "-m", "app.cli", "cluster", "status", "--url", cluster.nodes[2].url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("follower") == 2 and out.stdout.count("leader") >= 1
+    for node in cluster.nodes.values():
+        assert node.url in out.stdout

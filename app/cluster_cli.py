@@ -1,0 +1,94 @@
+"""`rill cluster up` (a local cluster until Ctrl-C) and `rill cluster status` (every node's Raft view)."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cluster = sub.add_parser("cluster", help="run or inspect a Rill cluster")
+    commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = commands.add_parser("up", help="start a local cluster on 127.0.0.1; Ctrl-C stops it")
+    up.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
+    up.add_argument("--base-port", type=int, default=4437, help="node N listens on base-port + N - 1")
+    up.add_argument("--data-dir", type=Path, default=Path("./data"), help="node N keeps its data in DIR/node-N")
+    up.add_argument("--forward-writes", action="store_true", help="followers proxy writes to the leader")
+    status = commands.add_parser("status", help="term, leader, commit and applied index of every node")
+    status.add_argument("--url", action="append", required=True, help="any node (its peers are found from it)")
+
+
+def main(args: argparse.Namespace) -> None:
+    if args.cluster_command == "up":
+        up(args)
+    else:
+        print_status(args.url)
+
+
+def up(args: argparse.Namespace) -> None:
+    urls = {n: f"http://127.0.0.1:{args.base_port + n - 1}" for n in range(1, args.nodes + 1)}
+    peers = ",".join(f"{n}={url}" for n, url in urls.items())
+    secret = secrets.token_hex(16)
+    processes = []
+    for n, url in urls.items():
+        cmd = [sys.executable, "-m", "app.cli", "serve", "--port", url.rsplit(":", 1)[1]]
+        cmd += ["--data-dir", str(args.data_dir / f"node-{n}"), "--node-id", str(n), "--peers", peers]
+        cmd += ["--cluster-secret", secret] + (["--forward-writes"] if args.forward_writes else [])
+        processes.append(subprocess.Popen(cmd))
+    console = Console()
+    try:
+        _wait_for_leader(list(urls.values()))
+        print_status(list(urls.values()), console)
+        console.print(f"cluster secret (give it to nodes you add): {secret}")
+        console.print("Ctrl-C stops the cluster.")
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(15)
+
+
+def _wait_for_leader(urls: list[str], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(h and h.get("role") == "leader" for h in map(_health, urls)):
+            return
+        time.sleep(0.1)
+    raise SystemExit("no leader was elected in time")
+
+
+def _health(url: str) -> dict[str, Any] | None:
+    try:
+        return dict(httpx.get(url.rstrip("/") + "/healthz", timeout=2).json())
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def print_status(urls: list[str], console: Console | None = None) -> None:
+    console = console or Console()
+    known = {url.rstrip("/") for url in urls}
+    for found in filter(None, map(_health, list(known))):
+        known.update(found.get("peers", {}).values())
+    table = Table("node", "url", "role", "term", "leader", "commit", "applied", "last index")
+    for url in sorted(known):
+        health = _health(url)
+        if health is None:
+            table.add_row("?", url, "[red]unreachable", "", "", "", "", "")
+            continue
+        fields = ("node", "role", "term", "leader", "commit", "applied", "last_index")
+        node, role, *rest = (str(health.get(k, "")) for k in fields)
+        table.add_row(node, url, role, *rest)
+    console.print(table)
