@@ -130,6 +130,16 @@ class RaftNode:
             while self.core.applied < target:
                 await asyncio.sleep(0.001)
 
+    async def transfer_leadership(self, timeout: float = 3.0) -> bool:
+        """Hands leadership to a caught-up follower before this node goes away; True once it has."""
+        if not self.is_leader or self.core.transfer_leadership() == 0:
+            return False
+        self._wake.set()
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.is_leader and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        return not self.is_leader
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from app.routes import StreamRoutes
 from app.state_machine import records
 from app.state_machine.machine import StateMachine
 from app.storage.rocks import RocksKV
+
+log = logging.getLogger("rill.server")
 
 OPENAPI = Path(__file__).resolve().parent.parent / "openapi" / "rill.yaml"
 
@@ -146,6 +149,8 @@ def create_app(settings: Settings) -> ASGIApp:
             yield
         finally:
             sweeper.cancel()
+            if transport is not None and await node.transfer_leadership():
+                log.info("handed leadership over before shutting down")
             await node.stop()
             if transport is not None:
                 await transport.close()

@@ -26,6 +26,7 @@ from app.raft.messages import (
     HardState,
     Message,
     RequestVote,
+    TimeoutNow,
     VoteResponse,
 )
 
@@ -90,6 +91,8 @@ class RaftCore:
         self.check_quorum = check_quorum
         self.active: set[int] = set()  # peers heard from since the leader's last quorum check
         self.quorum_elapsed = 0
+        self.transferee = 0  # the peer a leader is handing over to; it takes no proposals meanwhile
+        self.transfer_elapsed = 0
         self.next: dict[int, int] = {}
         self.match: dict[int, int] = {}
         self.outbox: list[Message] = []
@@ -122,6 +125,10 @@ class RaftCore:
     def tick(self) -> None:
         self.elapsed += 1
         if self.role is Role.LEADER:
+            if self.transferee:
+                self.transfer_elapsed += 1
+                if self.transfer_elapsed >= self.election_ticks:
+                    self.transferee = 0  # the hand-over stalled: keep leading
             self.quorum_elapsed += 1
             if self.check_quorum and self.quorum_elapsed >= self.election_ticks:
                 self.quorum_elapsed = 0
@@ -153,7 +160,19 @@ class RaftCore:
                 RequestVote(self.term + 1, self.id, peer, self.last_index(), self.last_term(), pre_vote=True)
             )
 
-    def campaign(self) -> None:
+    def transfer_leadership(self) -> int:
+        """Hands leadership to the most caught-up voter; returns it (0 when there is none)."""
+        if self.role is not Role.LEADER or not self.match:
+            return 0
+        target = max(self.match, key=lambda peer: (self.match[peer], -peer))
+        self.transferee, self.transfer_elapsed = target, 0
+        if self.match[target] == self.last_index():
+            self.outbox.append(TimeoutNow(self.term, self.id, target))
+        else:
+            self._send_append(target)
+        return target
+
+    def campaign(self, transfer: bool = False) -> None:
         self.role = Role.CANDIDATE
         self.term += 1
         self.vote = self.id
@@ -165,11 +184,13 @@ class RaftCore:
             self._become_leader()
             return
         for peer in self._peers():
-            self.outbox.append(RequestVote(self.term, self.id, peer, self.last_index(), self.last_term()))
+            self.outbox.append(
+                RequestVote(self.term, self.id, peer, self.last_index(), self.last_term(), transfer=transfer)
+            )
 
     def propose(self, data: bytes) -> int | None:
         """Appends `data` to the leader's log; returns its index, or None when not leader."""
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER or self.transferee:
             return None
         index = self.last_index() + 1
         self.log.append(Entry(self.term, index, data))
@@ -179,7 +200,7 @@ class RaftCore:
     def step(self, msg: Message) -> None:
         if self.role is Role.LEADER and msg.src in self.next:
             self.active.add(msg.src)
-        if isinstance(msg, RequestVote) and self._in_lease():
+        if isinstance(msg, RequestVote) and not msg.transfer and self._in_lease():
             return  # a leader is alive as far as we know: do not help depose it
         if msg.term > self.term:
             if isinstance(msg, RequestVote) and msg.pre_vote:
@@ -203,6 +224,8 @@ class RaftCore:
             self._on_append(msg)
         elif isinstance(msg, AppendResponse):
             self._on_append_response(msg)
+        elif isinstance(msg, TimeoutNow) and self.id in self.voters and self.role is not Role.LEADER:
+            self.campaign(transfer=True)
 
     def on_persisted(self, index: int, term: int) -> None:
         """The driver synced entries up to `index`; counts toward the leader's own match."""
@@ -251,6 +274,7 @@ class RaftCore:
         return self.election_ticks + self.rng.randrange(self.election_ticks)
 
     def _become_follower(self, term: int, leader: int) -> None:
+        self.transferee = 0
         if term != self.term:
             self.term = term
             self.vote = 0
@@ -338,6 +362,8 @@ class RaftCore:
             if msg.match_index > self.match[msg.src]:
                 self.match[msg.src] = msg.match_index
                 self._maybe_commit()
+            if msg.src == self.transferee and msg.match_index == self.last_index():
+                self.outbox.append(TimeoutNow(self.term, self.id, msg.src))
             self.next[msg.src] = max(self.next[msg.src], msg.match_index + 1)
             if self.next[msg.src] <= self.last_index():
                 self._send_append(msg.src)

@@ -24,6 +24,7 @@ class RequestVote(msgspec.Struct, tag=True, array_like=True):
     last_index: int
     last_term: int
     pre_vote: bool = False
+    transfer: bool = False  # campaigning because the leader handed over: leases do not apply
 
 
 class VoteResponse(msgspec.Struct, tag=True, array_like=True):
@@ -52,7 +53,15 @@ class AppendResponse(msgspec.Struct, tag=True, array_like=True):
     match_index: int  # on success: last index the follower holds; on reject: a hint to back off to
 
 
-Message = RequestVote | VoteResponse | AppendEntries | AppendResponse
+class TimeoutNow(msgspec.Struct, tag=True, array_like=True):
+    """From a leader handing over: campaign now, without waiting for a timeout."""
+
+    term: int
+    src: int
+    dst: int
+
+
+Message = RequestVote | VoteResponse | AppendEntries | AppendResponse | TimeoutNow
 
 _encoder = msgspec.msgpack.Encoder()
 _message_decoder = msgspec.msgpack.Decoder(Message)

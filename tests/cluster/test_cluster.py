@@ -115,3 +115,18 @@ def test_cluster_status_finds_every_node_from_one(cluster: RillCluster) -> None:
     assert out.stdout.count("follower") == 2 and out.stdout.count("leader") >= 1
     for node in cluster.nodes.values():
         assert node.url in out.stdout
+
+
+def test_sigterm_on_the_leader_hands_leadership_over(cluster: RillCluster) -> None:
+    leader = cluster.wait_for_leader()
+    health = cluster.health(leader)
+    assert health is not None
+    term = health["term"]
+    process = cluster.nodes[leader].proc
+    assert process is not None
+    process.terminate()  # graceful: the leader hands over before exiting
+    process.wait(15)
+    others = [i for i in cluster.nodes if i != leader]
+    new_health = [cluster.health(i) for i in others]
+    # Handed over, not elected after a timeout: the new leader is in the very next term.
+    assert any(h and h["role"] == "leader" and h["term"] == term + 1 for h in new_health), new_health

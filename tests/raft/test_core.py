@@ -171,3 +171,22 @@ def test_check_quorum_steps_an_isolated_leader_down(seed: int) -> None:
         cluster.step(drop=0.0)
     new_leader = cluster.leader()
     assert new_leader is not None and new_leader.id != leader.id
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_leadership_transfer_hands_over_without_losing_entries(seed: int) -> None:
+    cluster = Cluster(seed)
+    leader = _settle(cluster)
+    for i in range(5):
+        leader.propose(b"before-%d" % i)
+    target = leader.transfer_leadership()
+    assert target != 0
+    assert leader.propose(b"refused") is None  # no new proposals while handing over
+    for _ in range(30):
+        cluster.step(drop=0.0)
+    new_leader = cluster.leader()
+    assert new_leader is not None and new_leader.id == target
+    assert new_leader.term == leader.term and leader.role is Role.FOLLOWER
+    _settle(cluster)
+    applied = [e.data for e in cluster.applied[leader.id] if e.data]
+    assert applied == [b"before-%d" % i for i in range(5)]
