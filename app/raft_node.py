@@ -244,7 +244,10 @@ class RaftNode:
                 fut.set_exception(ProposalDropped())
         self.core.on_applied(entries[-1].index)
         self._applied_bytes += sum(len(e.data) for e in entries)
-        if self.core.applied - self._last_compacted >= COMPACT_EVERY or self._applied_bytes >= COMPACT_BYTES:
+        # A cluster keeps its whole log until snapshots can be shipped (InstallSnapshot): a follower
+        # behind a compacted prefix could otherwise never catch up.
+        due = self.core.applied - self._last_compacted >= COMPACT_EVERY or self._applied_bytes >= COMPACT_BYTES
+        if due and len(self.core.voters) == 1:
             self._compact()
 
     def _compact(self) -> None:
