@@ -52,8 +52,20 @@ class RillProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
+    def pause(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(10)

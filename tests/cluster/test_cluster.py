@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,3 +131,66 @@ def test_sigterm_on_the_leader_hands_leadership_over(cluster: RillCluster) -> No
     new_health = [cluster.health(i) for i in others]
     # Handed over, not elected after a timeout: the new leader is in the very next term.
     assert any(h and h["role"] == "leader" and h["term"] == term + 1 for h in new_health), new_health
+
+
+def test_chaos_kills_and_pauses_lose_no_acknowledged_write(cluster: RillCluster) -> None:
+    """Kill -9 the leader and restart it, freeze followers with SIGSTOP, all while appending."""
+    stop = threading.Event()
+    acked: list[bytes] = []
+    errors: list[str] = []
+
+    def writer() -> None:
+        with httpx.Client(follow_redirects=True, timeout=1) as client:
+            assert client.put(cluster.nodes[1].url + "/v1/stream/chaos", headers={"content-type": "text/plain"})
+            seq = 0
+            while not stop.is_set():
+                body = b"w-%d;" % seq
+                producer = {"producer-id": "w", "producer-epoch": "0", "producer-seq": str(seq)}
+                deadline = time.monotonic() + 20
+                while True:  # same seq until acknowledged: retries are safe
+                    node = random.choice([n for n in cluster.nodes.values() if n.alive()])
+                    try:
+                        r = client.post(
+                            node.url + "/v1/stream/chaos",
+                            content=body,
+                            headers={"content-type": "text/plain", **producer},
+                        )
+                        if r.status_code in (200, 204):
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if time.monotonic() > deadline:
+                        errors.append(f"seq {seq} was never acknowledged")
+                        return
+                    time.sleep(0.02)
+                acked.append(body)
+                seq += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    rng = random.Random(7)
+    for round_ in range(6):
+        time.sleep(0.8)
+        if round_ % 2 == 0:
+            leader = cluster.wait_for_leader()
+            cluster.nodes[leader].kill()
+            time.sleep(0.8)
+            cluster.nodes[leader].start()
+        else:
+            leader = cluster.wait_for_leader()
+            frozen = cluster.nodes[rng.choice([i for i in cluster.nodes if i != leader])]
+            frozen.pause()
+            time.sleep(1.0)
+            frozen.resume()
+    time.sleep(0.5)
+    stop.set()
+    thread.join(30)
+    assert not errors, errors
+    assert len(acked) > 20
+    cluster.wait_for_leader()
+    cluster.wait_converged()
+    cluster.stop()
+    expected = b"".join(acked)
+    for node in cluster.nodes.values():
+        # Every acknowledged append once, in order; the writer stops only between acknowledgements.
+        assert _stream_bytes(node.data_dir, "chaos") == expected
