@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from app.raft.core import RaftCore, Ready, Role
 from app.raft.log_store import LogStore
-from app.raft.messages import Entry, HardState, Message
+from app.raft.messages import AppendEntries, Entry, HardState, Message
 
 log = logging.getLogger("rill.raft")
 
@@ -192,6 +192,12 @@ class RaftNode:
                 self._waiters[index] = (self.core.term, fut)
         while True:
             rd = self.core.ready()
+            # A leader's AppendEntries may go out before its own sync (its entries count toward the
+            # commit only once persisted); votes and acknowledgements wait for the disk.
+            replicate: list[Message] = [m for m in rd.messages if isinstance(m, AppendEntries)]
+            if replicate:
+                rd.messages = [m for m in rd.messages if not isinstance(m, AppendEntries)]
+                await self._deliver(replicate)
             if rd.hard_state is not None or rd.entries:
                 self._unsaved.add(rd)
             elif rd.messages:

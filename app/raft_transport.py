@@ -1,6 +1,7 @@
 """Raft messages between nodes: msgpack batches over HTTP, signed with the cluster secret.
 
-Each peer has one sender task that drains its queue into a single request,
+Each peer has one sender task that drains its queue into a single request (on the raw
+keep-alive client of app/http_client.py; httpx costs too much CPU per message),
 so messages produced together travel together over one keep-alive
 connection. Raft tolerates loss, so a full queue drops its oldest messages
 (they are resent on later heartbeats) instead of holding memory, and a peer
@@ -16,9 +17,9 @@ import hmac
 import logging
 from collections import deque
 
-import httpx
 import msgspec
 
+from app.http_client import Connection, connect, encode_request
 from app.raft.messages import Message
 
 log = logging.getLogger("rill.transport")
@@ -52,7 +53,6 @@ class Transport:
         self._queues: dict[int, deque[Message]] = {pid: deque() for pid in self.peers}
         self._bytes: dict[int, int] = dict.fromkeys(self.peers, 0)
         self._ready = {pid: asyncio.Event() for pid in self.peers}
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(2.0), limits=httpx.Limits(max_keepalive_connections=8))
         self._tasks = [asyncio.create_task(self._sender(pid)) for pid in self.peers]
 
     async def send(self, messages: list[Message]) -> None:
@@ -69,6 +69,7 @@ class Transport:
     async def _sender(self, peer: int) -> None:
         url = self.peers[peer] + PATH
         queue = self._queues[peer]
+        conn: Connection | None = None
         while True:
             await self._ready[peer].wait()
             self._ready[peer].clear()
@@ -80,16 +81,20 @@ class Transport:
             body = _encoder.encode(batch)
             headers = {AUTH_HEADER: sign(self.secret, body), FROM_HEADER: str(self.node_id)}
             try:
-                await self._client.post(url, content=body, headers=headers)
-            except httpx.HTTPError as exc:
-                log.debug("raft messages to node %s lost: %s", peer, exc)
+                if conn is None:
+                    conn = await asyncio.wait_for(connect(url), 2.0)
+                await asyncio.wait_for(conn.request(encode_request("POST", url, headers, body)), 2.0)
+            except Exception as exc:  # noqa: BLE001 - whatever went wrong, this sender must live on
+                log.debug("raft messages to node %s lost: %r", peer, exc)
+                if conn is not None:
+                    conn.close()
+                conn = None
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._client.aclose()
 
 
 def _size(msg: Message) -> int:

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 
-from app.bench.client import ConnectionClosed, connect, encode_request
 from app.bench.run import Run
 from app.bench.stats import Recorder, client_cpu
+from app.http_client import ConnectionClosed, connect, encode_request
 
 
 @dataclass

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.bench.append import create_streams
-from app.bench.client import connect, encode_request, open_event_stream
 from app.bench.run import Run
 from app.bench.stats import client_cpu, latency_summary
+from app.http_client import connect, encode_request, open_event_stream
 
 JSON = "application/json"
 

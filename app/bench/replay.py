@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.bench.append import create_streams
-from app.bench.client import connect, encode_request, header
 from app.bench.run import Run
 from app.bench.stats import client_cpu, latency_summary, rate
+from app.http_client import connect, encode_request, header
 
 
 @dataclass

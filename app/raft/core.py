@@ -91,6 +91,7 @@ class RaftCore:
         self.check_quorum = check_quorum
         self.active: set[int] = set()  # peers heard from since the leader's last quorum check
         self.quorum_elapsed = 0
+        self._replicate = False
         self.transferee = 0  # the peer a leader is handing over to; it takes no proposals meanwhile
         self.transfer_elapsed = 0
         self.next: dict[int, int] = {}
@@ -194,7 +195,7 @@ class RaftCore:
             return None
         index = self.last_index() + 1
         self.log.append(Entry(self.term, index, data))
-        self._send_appends()
+        self._replicate = True  # sent once per Ready, so proposals made together travel together
         return index
 
     def step(self, msg: Message) -> None:
@@ -249,6 +250,10 @@ class RaftCore:
     # Output
 
     def ready(self) -> Ready:
+        if self._replicate:
+            self._replicate = False
+            if self.role is Role.LEADER:
+                self._send_appends()
         rd = Ready()
         # Term and vote must be durable before we act on them; the commit index may lag on disk
         # (it is recovered from the leader), so it rides along but never forces a sync.

@@ -63,7 +63,8 @@ class Connection(asyncio.Protocol):
 
     async def request(self, raw: bytes) -> tuple[int, bytes]:
         """Sends one complete request and returns (status, body)."""
-        assert self._transport is not None
+        if self._transport is None or self._transport.is_closing():
+            raise ConnectionClosed("the connection is closed")
         self._waiter = asyncio.get_running_loop().create_future()
         self._transport.write(raw)
         return await self._waiter
