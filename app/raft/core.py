@@ -145,21 +145,8 @@ class RaftCore:
 
     def start_election(self) -> None:
         """Campaigns, after a pre-vote round when pre-vote is on."""
-        if not self.pre_vote:
+        if not self.pre_vote or self._solicit_votes(Role.PRE_CANDIDATE, self.term + 1, pre_vote=True):
             self.campaign()
-            return
-        self.role = Role.PRE_CANDIDATE
-        self.leader = 0
-        self.votes = {self.id}
-        self.elapsed = 0
-        self.timeout = self._random_timeout()
-        if len(self.votes) >= self.quorum():
-            self.campaign()
-            return
-        for peer in self._peers():
-            self.outbox.append(
-                RequestVote(self.term + 1, self.id, peer, self.last_index(), self.last_term(), pre_vote=True)
-            )
 
     def transfer_leadership(self) -> int:
         """Hands leadership to the most caught-up voter; returns it (0 when there is none)."""
@@ -174,20 +161,24 @@ class RaftCore:
         return target
 
     def campaign(self, transfer: bool = False) -> None:
-        self.role = Role.CANDIDATE
         self.term += 1
         self.vote = self.id
+        if self._solicit_votes(Role.CANDIDATE, self.term, transfer=transfer):
+            self._become_leader()
+
+    def _solicit_votes(self, role: Role, term: int, pre_vote: bool = False, transfer: bool = False) -> bool:
+        """Starts a (pre-)vote round for `term`; True when this node alone is a quorum."""
+        self.role = role
         self.leader = 0
         self.votes = {self.id}
         self.elapsed = 0
         self.timeout = self._random_timeout()
         if len(self.votes) >= self.quorum():
-            self._become_leader()
-            return
+            return True
+        last_index, last_term = self.last_index(), self.last_term()
         for peer in self._peers():
-            self.outbox.append(
-                RequestVote(self.term, self.id, peer, self.last_index(), self.last_term(), transfer=transfer)
-            )
+            self.outbox.append(RequestVote(term, self.id, peer, last_index, last_term, pre_vote, transfer))
+        return False
 
     def propose(self, data: bytes) -> int | None:
         """Appends `data` to the leader's log; returns its index, or None when not leader."""
