@@ -34,6 +34,14 @@ class Node:
         self.raft_kv.close()
 
 
+async def _started(path: Path, stream: str) -> Node:
+    """A started single node holding an empty text stream."""
+    n = Node(path)
+    await n.node.start()
+    await n.propose(CreateStream(COMPAT_BUCKET, stream, "text/plain", False))
+    return n
+
+
 def _read_all(machine: StateMachine, name: str) -> bytes:
     meta = machine.lookup(COMPAT_BUCKET, name)
     assert meta is not None
@@ -42,9 +50,7 @@ def _read_all(machine: StateMachine, name: str) -> bytes:
 
 def test_concurrent_proposals_share_syncs_and_survive_restart(tmp_path: Path) -> None:
     async def scenario() -> None:
-        n = Node(tmp_path)
-        await n.node.start()
-        await n.propose(CreateStream(COMPAT_BUCKET, "s", "text/plain", False))
+        n = await _started(tmp_path, "s")
         saves = 0
         original = n.log.save
 
@@ -73,9 +79,7 @@ def test_compaction_keeps_state_readable_after_restart(tmp_path: Path, monkeypat
     monkeypatch.setattr(raft_node, "COMPACT_EVERY", 10)
 
     async def scenario() -> None:
-        n = Node(tmp_path)
-        await n.node.start()
-        await n.propose(CreateStream(COMPAT_BUCKET, "c", "text/plain", False))
+        n = await _started(tmp_path, "c")
         for i in range(35):
             await n.propose(Append(COMPAT_BUCKET, "c", "text/plain", b"%d;" % i))
         assert n.log.compacted_index > 0
@@ -97,9 +101,7 @@ def test_compaction_also_triggers_on_bytes(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(raft_node, "COMPACT_BYTES", 10_000)
 
     async def scenario() -> None:
-        n = Node(tmp_path)
-        await n.node.start()
-        await n.propose(CreateStream(COMPAT_BUCKET, "big", "text/plain", False))
+        n = await _started(tmp_path, "big")
         for _ in range(5):
             await n.propose(Append(COMPAT_BUCKET, "big", "text/plain", b"x" * 4000))
         assert n.log.compacted_index > 0  # long before COMPACT_EVERY entries

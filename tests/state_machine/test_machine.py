@@ -1007,12 +1007,17 @@ def test_cascade_removal_when_last_fork_is_deleted(h: H) -> None:
     assert h.create("src").code is Code.CREATED
 
 
-def test_three_level_cascade(h: H) -> None:
+def _fork_chain(h: H) -> None:
+    """l0 holds A; l1 forks it and adds B; l2 forks l1 and adds C."""
     h.create("l0", body=b"A")
     h.fork("l1", "l0")
     h.append("l1", b"B")
     h.fork("l2", "l1")
     h.append("l2", b"C")
+
+
+def test_three_level_cascade(h: H) -> None:
+    _fork_chain(h)
     h.delete("l0")
     h.delete("l1")
     assert h.meta("l0").deleted and h.meta("l1").deleted
@@ -1023,11 +1028,7 @@ def test_three_level_cascade(h: H) -> None:
 
 
 def test_delete_middle_of_chain(h: H) -> None:
-    h.create("l0", body=b"A")
-    h.fork("l1", "l0")
-    h.append("l1", b"B")
-    h.fork("l2", "l1")
-    h.append("l2", b"C")
+    _fork_chain(h)
     h.delete("l1")
     assert h.meta("l1").deleted
     assert h.text("l2") == b"ABC"
