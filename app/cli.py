@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--peers", type=parse_peers, help="1=http://127.0.0.1:4437,2=...,3=... (all voters)")
     serve.add_argument("--cluster-secret", help="shared secret signing Raft messages between nodes")
     serve.add_argument("--forward-writes", action="store_true", default=None, help="followers proxy writes")
+    serve.add_argument(
+        "--join", action="store_true", default=None, help="start outside --peers and wait for `rill cluster add`"
+    )
     bench_cli.add_parser(sub)
     cluster_cli.add_parser(sub)
     args = parser.parse_args(argv)
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             peers=args.peers,
             cluster_secret=args.cluster_secret,
             forward_writes=args.forward_writes,
+            join=args.join,
         )
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         uvicorn.run(

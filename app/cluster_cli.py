@@ -1,8 +1,10 @@
-"""`rill cluster up` (a local cluster until Ctrl-C) and `rill cluster status` (every node's Raft view)."""
+"""`rill cluster up` (a local cluster until Ctrl-C), `status` (every node's Raft view), and
+`add` / `remove` (one-node membership changes through the admin routes of any node)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import signal
 import subprocess
@@ -26,13 +28,49 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--forward-writes", action="store_true", help="followers proxy writes to the leader")
     status = commands.add_parser("status", help="term, leader, commit and applied index of every node")
     status.add_argument("--url", action="append", required=True, help="any node (its peers are found from it)")
+    add = commands.add_parser("add", help="add a node (started with `rill serve --join`): learner, then voter")
+    add.add_argument("--url", required=True, help="any node of the cluster")
+    add.add_argument("--node-id", type=int, required=True)
+    add.add_argument("--node-url", required=True, help="the new node's advertised base URL")
+    add.add_argument("--cluster-secret", help="default: $RILL_CLUSTER_SECRET")
+    remove = commands.add_parser("remove", help="remove a node from the cluster")
+    remove.add_argument("--url", required=True, help="any node of the cluster")
+    remove.add_argument("--node-id", type=int, required=True)
+    remove.add_argument("--cluster-secret", help="default: $RILL_CLUSTER_SECRET")
 
 
 def main(args: argparse.Namespace) -> None:
     if args.cluster_command == "up":
         up(args)
-    else:
+    elif args.cluster_command == "status":
         print_status(args.url)
+    else:
+        change(args)
+
+
+def change(args: argparse.Namespace) -> None:
+    """Sends a membership change to any node (followers redirect to the leader) and shows the result."""
+    secret = args.cluster_secret or os.environ.get("RILL_CLUSTER_SECRET", "")
+    if not secret:
+        raise SystemExit("membership changes need --cluster-secret (or RILL_CLUSTER_SECRET)")
+    base = args.url.rstrip("/")
+    if args.cluster_command == "add":
+        method, url, body = "POST", base + "/_rill/members", {"id": args.node_id, "url": args.node_url}
+    else:
+        method, url, body = "DELETE", f"{base}/_rill/members/{args.node_id}", None
+    # Redirects are followed here, not by httpx: it drops Authorization when the leader is another origin.
+    with httpx.Client(timeout=300, headers={"authorization": f"Bearer {secret}"}) as client:
+        for _ in range(60):
+            response = client.request(method, url, json=body)
+            if response.status_code == 307:
+                url = response.headers["location"]
+            elif response.status_code == 503:
+                time.sleep(float(response.headers.get("retry-after", "1")))  # leadership moving or catching up
+            else:
+                break
+    if response.status_code != 200:
+        raise SystemExit(f"{response.status_code}: {response.text}")
+    print_status([base])
 
 
 def up(args: argparse.Namespace) -> None:

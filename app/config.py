@@ -20,12 +20,15 @@ class Settings(BaseSettings):
     peers: dict[int, str] = Field(default_factory=dict, description="node id -> base URL; empty: a single node")
     cluster_secret: str = Field("", description="shared by the nodes; signs their Raft messages")
     forward_writes: bool = Field(False, description="followers proxy writes to the leader instead of a 307")
+    join: bool = Field(False, description="a new node outside --peers, waiting to be added with `rill cluster add`")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
     read_chunk_bytes: int = Field(1024 * 1024, ge=1024)
     long_poll_timeout: float = Field(20.0, gt=0, description="seconds a long-poll waits for data")
     sse_max_seconds: float = Field(60.0, gt=0, description="an SSE response ends after about this long")
     sse_ping_seconds: float = Field(15.0, gt=0, description="heartbeat comment interval on SSE")
     raft_tick_seconds: float = Field(0.1, gt=0)
+    raft_compact_entries: int = Field(20_000, ge=10, description="applied entries between log compactions")
+    raft_compact_keep: int = Field(5_000, ge=0, description="entries a cluster keeps behind a compaction")
     access_log: bool = False
 
 
@@ -49,8 +52,12 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     # Explicit values win over the environment; pydantic-settings reads RILL_* for the rest.
     settings = Settings(**values)
     if settings.peers:
-        if settings.node_id not in settings.peers:
-            raise ValueError(f"node {settings.node_id} is not among the peers {sorted(settings.peers)}")
+        if settings.join and settings.node_id in settings.peers:
+            raise ValueError(f"a joining node {settings.node_id} must not be among the peers it joins")
+        if not settings.join and settings.node_id not in settings.peers:
+            raise ValueError(
+                f"node {settings.node_id} is not among the peers {sorted(settings.peers)} (use --join for a new node)"
+            )
         if not settings.cluster_secret:
             raise ValueError("a cluster needs --cluster-secret (or RILL_CLUSTER_SECRET) on every node")
     return settings

@@ -24,14 +24,18 @@ from typing import Any, Protocol
 
 from app.raft.core import RaftCore, Ready, Role
 from app.raft.log_store import LogStore
-from app.raft.messages import AppendEntries, Entry, HardState, Message
+from app.raft.messages import MEMBERSHIP, AppendEntries, Entry, HardState, Membership, Message, encode
 
 log = logging.getLogger("rill.raft")
 
 # Compact the log behind durable state after this many applied entries or bytes: the log since
 # the last compaction is held in memory and reloaded at startup, so both bound memory and replay.
+# A cluster keeps the latest COMPACT_KEEP entries, so a follower a little behind catches up from
+# the log; one further behind gets a snapshot.
 COMPACT_EVERY = 20_000
 COMPACT_BYTES = 64 * 1024 * 1024
+COMPACT_KEEP = 5_000
+SNAPSHOT_RETRY_SECONDS = 1.0
 
 
 class NotLeader(Exception):
@@ -44,12 +48,24 @@ class ProposalDropped(Exception):
     """The entry was replaced by another leader's before it committed."""
 
 
+class MembershipRefused(Exception):
+    pass
+
+
 class StateMachine(Protocol):
     applied_index: int
+    applied_term: int
+    membership: Membership | None
 
     def apply(self, entries: list[Entry]) -> list[Any]: ...
 
     def make_durable(self) -> None: ...
+
+
+class SnapshotLink(Protocol):
+    async def send(self, peer: int, term: int) -> bool: ...
+
+    def install(self) -> None: ...
 
 
 Send = Callable[[list[Message]], Awaitable[None]]
@@ -84,15 +100,28 @@ class RaftNode:
         log_store: LogStore,
         machine: StateMachine,
         *,
+        learners: list[int] | None = None,
         send: Send | None = None,
+        snapshots: SnapshotLink | None = None,
+        on_membership: Callable[[Membership], None] | None = None,
         tick_seconds: float = 0.1,
         seed: int | None = None,
+        compact_entries: int | None = None,
+        compact_keep: int | None = None,
     ) -> None:
         self.id = node_id
         self.log_store = log_store
         self.machine = machine
         self._send = send
+        self.snapshots = snapshots
+        self.on_membership = on_membership
+        self.on_failure: Callable[[], None] | None = None  # a node whose driver died must not linger
         self._tick_seconds = tick_seconds
+        self._compact_entries = compact_entries or COMPACT_EVERY
+        self._compact_keep = COMPACT_KEEP if compact_keep is None else compact_keep
+        applied, applied_term = machine.applied_index, machine.applied_term
+        if applied > log_store.compacted_index and applied_term and log_store.term_at(applied) != applied_term:
+            log_store.restore(applied, applied_term)  # a crash came between installing a snapshot and this
         self.core = RaftCore(
             node_id,
             voters,
@@ -100,6 +129,7 @@ class RaftNode:
             log_store.entries(),
             compacted_index=log_store.compacted_index,
             compacted_term=log_store.compacted_term,
+            learners=learners,
             applied=machine.applied_index,
             seed=seed if seed is not None else time.monotonic_ns(),
         )
@@ -113,6 +143,8 @@ class RaftNode:
         self._persister = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
         self._unsaved = _Unsaved()  # ready to persist, waiting for the sync in flight
         self._syncing: tuple[asyncio.Future[None], _Unsaved] | None = None
+        self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
+        self._sending: set[int] = set()  # peers a snapshot is streaming to
 
     @property
     def is_leader(self) -> bool:
@@ -147,6 +179,8 @@ class RaftNode:
         for _, fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(ProposalDropped())
+        for *_, install in self._installs:
+            install.set_result(False)
         self._persister.shutdown(wait=True)
         self.machine.make_durable()
 
@@ -156,6 +190,27 @@ class RaftNode:
             raise NotLeader(self.core.leader)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((data, fut))
+        self._wake.set()
+        return await fut
+
+    async def change_membership(self, new: Membership) -> None:
+        """Replicates a one-node membership change; returns once it is applied here."""
+        if not self.is_leader:
+            raise NotLeader(self.core.leader)
+        error = self.core.membership_error(new)
+        if error is not None:
+            raise MembershipRefused(error)
+        index = self.core.propose_membership(new, encode(new))
+        assert index is not None
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[index] = (self.core.term, fut)
+        self._wake.set()
+        await fut
+
+    async def install_snapshot(self, term: int, leader: int, index: int, snap_term: int) -> bool:
+        """Installs the staged snapshot once the driver is between Readys; False if it is stale."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._installs.append((term, leader, index, snap_term, fut))
         self._wake.set()
         return await fut
 
@@ -177,9 +232,13 @@ class RaftNode:
                 await self._step_once()
             except Exception:
                 log.exception("raft driver failed; stopping")
+                if self.on_failure is not None:
+                    self.on_failure()
                 raise
 
     async def _step_once(self) -> None:
+        if self._installs and not await self._install_when_idle():
+            return
         inbox, self._inbox = self._inbox, []
         for msg in inbox:
             self.core.step(msg)
@@ -204,10 +263,59 @@ class RaftNode:
                 await self._deliver(rd.messages)
             if rd.committed:
                 self._apply(rd.committed)
+            for peer in rd.snapshots:
+                self._send_snapshot(peer)
             synced = await self._finish_sync()
             self._start_sync()
             if not rd and not synced:
                 return
+
+    async def _install_when_idle(self) -> bool:
+        """Installs a staged snapshot once nothing is being persisted; False while it must wait."""
+        await asyncio.get_running_loop().run_in_executor(self._persister, lambda: None)
+        await self._finish_sync()
+        if self._syncing is not None or self._unsaved:
+            self._start_sync()
+            return False
+        term, leader, index, snap_term, fut = self._installs.pop(0)
+        if self.snapshots is None or not self.core.can_install(term, index):
+            fut.set_result(False)
+            return True
+        self.snapshots.install()
+        self.log_store.restore(index, snap_term)
+        membership = self.machine.membership or Membership(dict.fromkeys(self.core.voters, ""))
+        self.core.install(term, leader, index, snap_term, membership)
+        self._last_compacted, self._applied_bytes = index, 0
+        self._membership_changed()
+        log.info("installed a snapshot at index %s from node %s", index, leader)
+        fut.set_result(True)
+        return True
+
+    def _send_snapshot(self, peer: int) -> None:
+        if self.snapshots is None or peer in self._sending or not self.is_leader:
+            return
+        self._sending.add(peer)
+        task = asyncio.create_task(self._stream_snapshot(peer, self.snapshots))
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    async def _stream_snapshot(self, peer: int, snapshots: SnapshotLink) -> None:
+        try:
+            ok = await snapshots.send(peer, self.core.term)
+        except Exception:
+            log.exception("snapshot to node %s failed", peer)
+            ok = False
+        try:
+            if not ok:
+                await asyncio.sleep(SNAPSHOT_RETRY_SECONDS)
+        finally:
+            self._sending.discard(peer)
+        self.core.snapshot_finished(peer)
+        self._wake.set()
+
+    def _membership_changed(self) -> None:
+        if self.on_membership is not None and self.machine.membership is not None:
+            self.on_membership(self.machine.membership)
 
     def _start_sync(self) -> None:
         if self._syncing is not None or not self._unsaved:
@@ -249,15 +357,18 @@ class RaftNode:
             else:
                 fut.set_exception(ProposalDropped())
         self.core.on_applied(entries[-1].index)
+        if any(e.kind == MEMBERSHIP for e in entries):
+            self._membership_changed()
         self._applied_bytes += sum(len(e.data) for e in entries)
-        # A cluster keeps its whole log until snapshots can be shipped (InstallSnapshot): a follower
-        # behind a compacted prefix could otherwise never catch up.
-        due = self.core.applied - self._last_compacted >= COMPACT_EVERY or self._applied_bytes >= COMPACT_BYTES
-        if due and len(self.core.voters) == 1:
+        due = self.core.applied - self._last_compacted >= self._compact_entries or self._applied_bytes >= COMPACT_BYTES
+        if due:
             self._compact()
 
     def _compact(self) -> None:
-        index = self.core.applied
+        alone = self.core.voters == [self.id] and not self.core.learners
+        index = min(self.core.applied - (0 if alone else self._compact_keep), self.core.stable)
+        if index <= self._last_compacted:
+            return
         term = self.core.term_at(index) or 0
         self.core.compact(index)
         self._last_compacted = index

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import logging
 from collections import deque
+from collections.abc import AsyncIterator
 
 import msgspec
 
@@ -48,12 +49,25 @@ def decode(body: bytes) -> list[Message]:
 class Transport:
     def __init__(self, node_id: int, peers: dict[int, str], secret: bytes) -> None:
         self.node_id = node_id
-        self.peers = {pid: url.rstrip("/") for pid, url in peers.items() if pid != node_id}
         self.secret = secret
-        self._queues: dict[int, deque[Message]] = {pid: deque() for pid in self.peers}
-        self._bytes: dict[int, int] = dict.fromkeys(self.peers, 0)
-        self._ready = {pid: asyncio.Event() for pid in self.peers}
-        self._tasks = [asyncio.create_task(self._sender(pid)) for pid in self.peers]
+        self.peers: dict[int, str] = {}
+        self._queues: dict[int, deque[Message]] = {}
+        self._bytes: dict[int, int] = {}
+        self._ready: dict[int, asyncio.Event] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.set_peers(peers)
+
+    def set_peers(self, peers: dict[int, str]) -> None:
+        """Follows a membership change: senders for new nodes, none for removed ones."""
+        wanted = {pid: url.rstrip("/") for pid, url in peers.items() if pid != self.node_id and url}
+        for pid in [p for p in self.peers if wanted.get(p) != self.peers[p]]:
+            self._tasks.pop(pid).cancel()
+            del self.peers[pid], self._queues[pid], self._bytes[pid], self._ready[pid]
+        for pid, url in wanted.items():
+            if pid not in self.peers:
+                self.peers[pid] = url
+                self._queues[pid], self._bytes[pid], self._ready[pid] = deque(), 0, asyncio.Event()
+                self._tasks[pid] = asyncio.create_task(self._sender(pid))
 
     async def send(self, messages: list[Message]) -> None:
         for msg in messages:
@@ -90,11 +104,34 @@ class Transport:
                     conn.close()
                 conn = None
 
+    async def stream(self, peer: int, path: str, bodies: AsyncIterator[bytes], timeout: float = 60.0) -> bool:
+        """POSTs each body in turn on one connection, the next only after a 204; False on any failure."""
+        base = self.peers.get(peer)
+        if base is None:
+            return False
+        url = base + path
+        conn: Connection | None = None
+        try:
+            conn = await asyncio.wait_for(connect(url), 2.0)
+            async for body in bodies:
+                headers = {AUTH_HEADER: sign(self.secret, body), FROM_HEADER: str(self.node_id)}
+                status, _ = await asyncio.wait_for(conn.request(encode_request("POST", url, headers, body)), timeout)
+                if status != 204:
+                    return False
+            return True
+        except Exception as exc:  # noqa: BLE001 - a failed stream is retried by the caller
+            log.info("stream to node %s failed: %r", peer, exc)
+            return False
+        finally:
+            if conn is not None:
+                conn.close()
+
     async def close(self) -> None:
-        for task in self._tasks:
+        tasks = list(self._tasks.values())
+        for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _size(msg: Message) -> int:

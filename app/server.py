@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app import cluster_routes
 from app.config import Settings
 from app.protocol.engine import Engine, Limits
 from app.protocol.errors import error_body
@@ -23,12 +26,13 @@ from app.protocol.http import with_security_headers
 from app.protocol.live import Signals
 from app.raft import log_store
 from app.raft.log_store import LogStore
+from app.raft.messages import Membership
 from app.raft_node import RaftNode
-from app.raft_transport import AUTH_HEADER, Transport, verify
 from app.raft_transport import PATH as TRANSPORT_PATH
-from app.raft_transport import decode as decode_messages
+from app.raft_transport import Transport
 from app.routes import StreamRoutes
-from app.state_machine import records
+from app.snapshots import PATH as SNAPSHOT_PATH
+from app.snapshots import Snapshots, StateStore
 from app.state_machine.machine import StateMachine
 from app.storage.rocks import RocksKV
 
@@ -68,25 +72,12 @@ async def healthz(request: Request) -> Response:
             "commit": core.commit,
             "applied": core.applied,
             "last_index": core.last_index(),
+            "snapshot_index": core.offset,
+            "voters": core.voters,
+            "learners": core.learners,
             "peers": {str(node_id): url for node_id, url in engine.peers.items()},
         }
     )
-
-
-async def raft_messages(request: Request) -> Response:
-    """Raft traffic from the other nodes, accepted only with a valid signature."""
-    engine = request.app.state.engine
-    secret = request.app.state.cluster_secret
-    body = await request.body()
-    if not secret or not verify(secret, body, request.headers.get(AUTH_HEADER)):
-        return _error(403, "forbidden", "not a signed message from this cluster")
-    try:
-        messages = decode_messages(body)
-    except Exception:
-        return _error(400, "bad_request", "undecodable Raft messages")
-    for msg in messages:
-        engine.node.receive(msg)
-    return Response(status_code=204)
 
 
 async def openapi(request: Request) -> Response:
@@ -114,21 +105,30 @@ def create_app(settings: Settings) -> ASGIApp:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         data_dir = Path(settings.data_dir)
         raft_kv = RocksKV(data_dir / "raft", log_store.COLUMN_FAMILIES)
-        state_kv = RocksKV(data_dir / "state", records.COLUMN_FAMILIES)
+        state_store = StateStore(data_dir)
         signals = Signals()
-        machine = StateMachine(state_kv, on_change=signals.notify)
-        voters = sorted(settings.peers) or [settings.node_id]
+        machine = StateMachine(state_store.open(), on_change=signals.notify)
+        membership = machine.membership or Membership(settings.peers or {settings.node_id: ""})
         secret = settings.cluster_secret.encode()
-        transport = Transport(settings.node_id, settings.peers, secret) if settings.peers else None
+        clustered = bool(settings.peers) or len(membership.voters) + len(membership.learners) > 1
+        members = {**membership.learners, **membership.voters}
+        transport = Transport(settings.node_id, members, secret) if clustered else None
+        snapshots = Snapshots(state_store, machine, transport)
         node = RaftNode(
             settings.node_id,
-            voters,
+            sorted(membership.voters),
             LogStore(raft_kv),
             machine,
+            learners=sorted(membership.learners),
             send=transport.send if transport else None,
+            snapshots=snapshots,
             tick_seconds=settings.raft_tick_seconds,
+            compact_entries=settings.raft_compact_entries,
+            compact_keep=settings.raft_compact_keep,
         )
+        snapshots.node = node
         app.state.cluster_secret = secret
+        app.state.snapshots = snapshots
         limits = Limits(
             max_body_bytes=settings.max_body_bytes,
             read_chunk_bytes=settings.read_chunk_bytes,
@@ -138,6 +138,14 @@ def create_app(settings: Settings) -> ASGIApp:
         )
         engine = Engine(node, machine, signals, limits, settings.peers, settings.forward_writes)
         app.state.engine = engine
+
+        def membership_changed(new: Membership) -> None:
+            engine.set_membership(new)
+            if transport is not None:
+                transport.set_peers(engine.peers)
+
+        node.on_membership = membership_changed
+        node.on_failure = lambda: os.kill(os.getpid(), signal.SIGTERM)
         await node.start()
         # Long-lived startup objects leave the collector's view, and young collections run less
         # often: request objects die by reference counting, and full passes cost p99 latency.
@@ -152,17 +160,22 @@ def create_app(settings: Settings) -> ASGIApp:
             if transport is not None and await node.transfer_leadership():
                 log.info("handed leadership over before shutting down")
             await node.stop()
+            await snapshots.close()
             if transport is not None:
                 await transport.close()
             await streams.forwarder.close()
-            state_kv.close()
+            machine.kv.close()
             raft_kv.close()
 
     starlette = Starlette(
         routes=[
             Route("/healthz", healthz),
             Route("/openapi.yaml", openapi),
-            Route(TRANSPORT_PATH, raft_messages, methods=["POST"]),
+            Route(TRANSPORT_PATH, cluster_routes.raft_messages, methods=["POST"]),
+            Route(SNAPSHOT_PATH, cluster_routes.snapshot_chunk, methods=["POST"]),
+            Route("/_rill/members", cluster_routes.list_members, methods=["GET"]),
+            Route("/_rill/members", cluster_routes.add_member, methods=["POST"]),
+            Route("/_rill/members/{node_id}", cluster_routes.remove_member, methods=["DELETE"]),
         ],
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,10 +20,11 @@ def free_port() -> int:
 
 
 class RillProcess:
-    def __init__(self, data_dir: Path, port: int | None = None, *extra: str) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, *extra: str, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.extra = list(extra)
+        self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"rill-{self.port}.log"
 
@@ -33,7 +35,7 @@ class RillProcess:
     def start(self, timeout: float = 20.0) -> RillProcess:
         cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([*cmd, *self.extra], stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([*cmd, *self.extra], stdout=log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -78,9 +80,10 @@ class RillCluster:
 
     SECRET = "test-cluster-secret"
 
-    def __init__(self, root: Path, size: int = 3, *extra: str) -> None:
+    def __init__(self, root: Path, size: int = 3, *extra: str, env: dict[str, str] | None = None) -> None:
         ports = [free_port() for _ in range(size)]
-        peers = ",".join(f"{i + 1}=http://127.0.0.1:{port}" for i, port in enumerate(ports))
+        self.peers = ",".join(f"{i + 1}=http://127.0.0.1:{port}" for i, port in enumerate(ports))
+        self.env = env
         self.nodes = {
             i + 1: RillProcess(
                 root / f"node-{i + 1}",
@@ -88,10 +91,11 @@ class RillCluster:
                 "--node-id",
                 str(i + 1),
                 "--peers",
-                peers,
+                self.peers,
                 "--cluster-secret",
                 self.SECRET,
                 *extra,
+                env=env,
             )
             for i, port in enumerate(ports)
         }

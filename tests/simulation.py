@@ -1,13 +1,15 @@
 """Deterministic simulation of a Rill cluster: the real Raft core, log store and state machine, on
 in-memory stores, over a seeded network that drops, delays, duplicates and reorders messages, with
-partitions, crashes and restarts, on a fake clock of ticks.
+partitions, crashes and restarts, on a fake clock of ticks. Logs are compacted often, so lagging
+and restarted nodes catch up from snapshots (shipped whole after a random delay, or lost); midway
+a fourth node joins as a learner, is promoted, and one of the original nodes is removed.
 
     python -m tests.simulation --seeds 10000        # run many seeds
     python -m tests.simulation --seed 4242 -v       # replay one exactly
 
 Checks: one leader per term; every replica applies a prefix of the same log; every acknowledged
 append is in its stream exactly once, in order (clients retry with idempotent producers across
-leader changes and crashes); after healing, all replicas' stores are byte-identical.
+leader changes and crashes); after healing, the stores of all members are byte-identical.
 """
 
 from __future__ import annotations
@@ -20,13 +22,26 @@ from dataclasses import dataclass, field
 from app.raft import log_store
 from app.raft.core import RaftCore, Role
 from app.raft.log_store import LogStore
-from app.raft.messages import Message
+from app.raft.messages import Membership, Message, encode
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, Producer, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
+from app.state_machine.snapshot import Pair, applied_point, export, load
 from app.storage.kv import MemoryKV
 
 STREAMS = 2
+COMPACT_EVERY = 40  # applied entries between compactions
+COMPACT_KEEP = 10  # entries kept behind the applied index
+
+
+@dataclass
+class Snapshot:
+    term: int
+    src: int
+    dst: int
+    index: int
+    snap_term: int
+    pairs: list[Pair]
 
 
 @dataclass
@@ -45,16 +60,19 @@ class Node:
         """(Re)starts from what is on 'disk': the log store and the state machine's store."""
         self.log = LogStore(self.raft_kv)
         self.machine = StateMachine(self.state_kv)
+        membership = self.machine.membership
         self.core = RaftCore(
             self.id,
-            self.voters,
+            sorted(membership.voters) if membership else self.voters,
             self.log.hard_state(),
             self.log.entries(),
             compacted_index=self.log.compacted_index,
             compacted_term=self.log.compacted_term,
+            learners=sorted(membership.learners) if membership else [],
             applied=self.machine.applied_index,
             seed=self.seed,
         )
+        self.compacted = self.log.compacted_index
         self.waiting: dict[int, tuple[int, int, int]] = {}  # log index -> (term, client id, seq)
         self.up = True
 
@@ -76,7 +94,8 @@ class Simulation:
         ids = list(range(1, size + 1))
         self.nodes = {i: Node(i, ids, seed) for i in ids}
         self.clients = [Client(c, f"s{c % STREAMS}") for c in range(4)]
-        self.network: list[tuple[int, Message]] = []  # (deliver at step, message)
+        self.network: list[tuple[int, Message | Snapshot]] = []  # (deliver at step, message)
+        self.removing = False
         self.step_no = 0
         self.cut: set[int] = set()
         self.leaders: dict[int, set[int]] = {}
@@ -106,8 +125,14 @@ class Simulation:
                 break
         self.check()
 
+    def members(self) -> list[Node]:
+        """The nodes of the configuration the most advanced replica has applied."""
+        ahead = max(self.nodes.values(), key=lambda n: n.core.applied).machine.membership
+        ids = {*ahead.voters, *ahead.learners} if ahead else {1, 2, 3}
+        return [n for n in self.nodes.values() if n.id in ids]
+
     def quiet(self) -> bool:
-        applied = {n.core.applied for n in self.nodes.values()}
+        applied = {n.core.applied for n in self.members()}
         return all(c.pending is None for c in self.clients) and len(applied) == 1 and not self.network
 
     def faults(self) -> None:
@@ -135,12 +160,16 @@ class Simulation:
         self.rng.shuffle(due)
         for msg in due:
             dst = self.nodes[msg.dst]
-            if dst.up and msg.src not in self.cut and msg.dst not in self.cut:
+            delivered = dst.up and msg.src not in self.cut and msg.dst not in self.cut
+            if isinstance(msg, Snapshot):
+                self.deliver_snapshot(msg, dst if delivered else None)
+            elif delivered:
                 dst.core.step(msg)
         for node in self.nodes.values():
             if node.up:
                 node.core.tick()
         self.drive_clients()
+        self.change_membership()
         for node in self.nodes.values():
             if node.up:
                 self.process(node)
@@ -157,15 +186,69 @@ class Simulation:
             copies = 2 if self.rng.random() < 0.02 else 1  # the network may duplicate
             for _ in range(copies):
                 self.network.append((self.step_no + self.rng.randint(1, 4), msg))
+        for peer in rd.snapshots:
+            index, snap_term = applied_point(node.state_kv)
+            pairs = [pair for batch in export(node.state_kv) for pair in batch]
+            snapshot = Snapshot(node.core.term, node.id, peer, index, snap_term, pairs)
+            self.network.append((self.step_no + self.rng.randint(1, 20), snapshot))
         if rd.committed:
             outcomes = node.machine.apply(rd.committed)
             node.core.on_applied(rd.committed[-1].index)
+            if node.core.applied - node.compacted >= COMPACT_EVERY:
+                index = node.core.applied - COMPACT_KEEP
+                term = node.core.term_at(index)
+                assert term is not None
+                node.core.compact(index)
+                node.log.compact(index, term)
+                node.compacted = index
             for entry, outcome in zip(rd.committed, outcomes, strict=True):
                 waiter = node.waiting.pop(entry.index, None)
                 if waiter is not None and waiter[0] == entry.term and outcome is not None:
                     self.acknowledge(self.clients[waiter[1]], waiter[2], outcome.code)
         if node.core.role is Role.LEADER:
             self.leaders.setdefault(node.core.term, set()).add(node.id)
+
+    def deliver_snapshot(self, snap: Snapshot, dst: Node | None) -> None:
+        """Installs a shipped snapshot as the driver would, or reports the transfer failed."""
+        src = self.nodes[snap.src]
+        if dst is None or self.rng.random() < self.drop or not dst.core.can_install(snap.term, snap.index):
+            if src.up:
+                src.core.snapshot_finished(snap.dst)
+            return
+        dst.state_kv = MemoryKV(records.COLUMN_FAMILIES)
+        load(dst.state_kv, snap.pairs)
+        dst.machine = StateMachine(dst.state_kv)
+        dst.log.restore(snap.index, snap.snap_term)
+        dst.compacted = snap.index
+        membership = dst.machine.membership or Membership(dict.fromkeys(dst.core.voters, ""))
+        dst.core.install(snap.term, snap.src, snap.index, snap.snap_term, membership)
+        if src.up:
+            src.core.snapshot_finished(snap.dst)
+        self.log(f"node {dst.id} installed a snapshot at {snap.index}")
+
+    def change_membership(self) -> None:
+        """Node 4 joins as a learner, is promoted once caught up, then the lowest original voter leaves."""
+        leader = self.leader()
+        if leader is None or self.step_no < 300:
+            return
+        current = leader.machine.membership or Membership({v: "" for v in leader.core.voters})
+        if 4 not in self.nodes:
+            self.nodes[4] = Node(4, [1, 2, 3], leader.seed)
+        if 4 not in current.voters and 4 not in current.learners:
+            new = Membership(current.voters, {**current.learners, 4: ""})
+        elif 4 in current.learners and leader.core.match.get(4, 0) >= leader.core.commit:
+            new = Membership({**current.voters, 4: ""})
+        elif 4 in current.voters and not self.removing and self.step_no >= 700:
+            victim = min(v for v in current.voters if v != leader.id)
+            new = Membership({v: u for v, u in current.voters.items() if v != victim})
+            if leader.core.propose_membership(new, encode(new)) is not None:
+                self.removing = True
+                self.log(f"removing node {victim}")
+            return
+        else:
+            return
+        if leader.core.propose_membership(new, encode(new)) is not None:
+            self.log(f"proposed {new}")
 
     def acknowledge(self, client: Client, seq: int, code: Code) -> None:
         if client.pending is None or seq != client.seq:
@@ -211,9 +294,11 @@ class Simulation:
         for term, leaders in self.leaders.items():
             assert len(leaders) == 1, f"two leaders in term {term}: {leaders}"
         assert all(c.pending is None for c in self.clients), "a client never got its append acknowledged"
-        dumps = [_dump(n.state_kv) for n in self.nodes.values()]
+        members = self.members()
+        dumps = [_dump(n.state_kv) for n in members]
         assert all(d == dumps[0] for d in dumps), "replicas differ after healing"
-        machine = self.nodes[1].machine
+        assert 4 in members[0].core.voters, "the new node never became a voter"
+        machine = members[0].machine
         for name in sorted({c.stream for c in self.clients}):
             meta = machine.lookup(COMPAT_BUCKET, name)
             assert meta is not None

@@ -11,6 +11,7 @@ from typing import Any
 
 from app.protocol.errors import ProtocolError
 from app.protocol.live import Signals
+from app.raft.messages import Membership
 from app.raft_node import NotLeader, ProposalDropped, RaftNode
 from app.state_machine.commands import CollectExpired, Command, Outcome, Touch, encode_envelope
 from app.state_machine.machine import StateMachine
@@ -43,7 +44,10 @@ class Engine:
         forward_writes: bool = False,
     ) -> None:
         self.node = node
-        self.peers = peers or {}
+        # Static configuration until a membership change is applied; then the replicated one.
+        self.static_membership = Membership(dict(peers or {node.id: ""}))
+        self.peers: dict[int, str] = {}
+        self.set_membership(machine.membership or self.static_membership)
         self.forward_writes = forward_writes
         self.machine = machine
         self.signals = signals
@@ -60,6 +64,12 @@ class Engine:
             raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
         except ProposalDropped:
             raise ProtocolError(503, "retry", "leadership changed; retry the request", {"retry-after": "1"}) from None
+
+    def membership(self) -> Membership:
+        return self.machine.membership or self.static_membership
+
+    def set_membership(self, membership: Membership) -> None:
+        self.peers = {**membership.learners, **membership.voters}
 
     @property
     def clustered(self) -> bool:

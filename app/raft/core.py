@@ -5,6 +5,11 @@ term, so a partitioned node rejoining does not depose a healthy leader. With che
 leader that has not heard from a majority for an election timeout steps down, and followers
 that heard from a leader within that time ignore vote requests (the leader's lease).
 
+Learners receive the log but neither vote nor count toward commits. Membership entries replace
+the whole configuration when they commit, one node at a time. A follower that needs entries
+the leader has compacted away gets a snapshot instead: the core names the peer in
+`Ready.snapshots`, the driver streams the state machine's store to it, and the follower's driver
+calls `install` once the store is in place.
 
 No I/O, no clock, no asyncio. The driver owns disk and network: for every
 Ready it persists the hard state and entries (synced), then sends the
@@ -20,14 +25,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from app.raft.messages import (
+    MEMBERSHIP,
     AppendEntries,
     AppendResponse,
     Entry,
     HardState,
+    Membership,
     Message,
     RequestVote,
     TimeoutNow,
     VoteResponse,
+    decode_membership,
 )
 
 MAX_ENTRIES_PER_MESSAGE = 256
@@ -46,9 +54,10 @@ class Ready:
     entries: list[Entry] = field(default_factory=list)  # persist; may replace a suffix from entries[0].index
     messages: list[Message] = field(default_factory=list)  # send only after persisting
     committed: list[Entry] = field(default_factory=list)  # apply in order
+    snapshots: list[int] = field(default_factory=list)  # peers to stream a snapshot to
 
     def __bool__(self) -> bool:
-        return bool(self.hard_state or self.entries or self.messages or self.committed)
+        return bool(self.hard_state or self.entries or self.messages or self.committed or self.snapshots)
 
 
 class RaftCore:
@@ -59,6 +68,7 @@ class RaftCore:
         hard_state: HardState,
         entries: list[Entry],
         *,
+        learners: list[int] | None = None,
         compacted_index: int = 0,
         compacted_term: int = 0,
         applied: int = 0,
@@ -70,6 +80,7 @@ class RaftCore:
     ) -> None:
         self.id = node_id
         self.voters = sorted(voters)
+        self.learners = sorted(learners or [])
         self.term = hard_state.term
         self.vote = hard_state.vote
         self.commit = max(hard_state.commit, compacted_index)
@@ -96,6 +107,9 @@ class RaftCore:
         self.transfer_elapsed = 0
         self.next: dict[int, int] = {}
         self.match: dict[int, int] = {}
+        self.snapshotting: set[int] = set()  # peers a snapshot is being streamed to
+        self._snapshot_requests: list[int] = []
+        self.pending_membership = 0  # index of the last membership entry a leader proposed
         self.outbox: list[Message] = []
         self._emitted = HardState(self.term, self.vote, self.commit)
 
@@ -150,9 +164,10 @@ class RaftCore:
 
     def transfer_leadership(self) -> int:
         """Hands leadership to the most caught-up voter; returns it (0 when there is none)."""
-        if self.role is not Role.LEADER or not self.match:
+        candidates = [p for p in self.match if p in self.voters]
+        if self.role is not Role.LEADER or not candidates:
             return 0
-        target = max(self.match, key=lambda peer: (self.match[peer], -peer))
+        target = max(candidates, key=lambda peer: (self.match[peer], -peer))
         self.transferee, self.transfer_elapsed = target, 0
         if self.match[target] == self.last_index():
             self.outbox.append(TimeoutNow(self.term, self.id, target))
@@ -176,7 +191,7 @@ class RaftCore:
         if len(self.votes) >= self.quorum():
             return True
         last_index, last_term = self.last_index(), self.last_term()
-        for peer in self._peers():
+        for peer in self._voting_peers():
             self.outbox.append(RequestVote(term, self.id, peer, last_index, last_term, pre_vote, transfer))
         return False
 
@@ -189,8 +204,37 @@ class RaftCore:
         self._replicate = True  # sent once per Ready, so proposals made together travel together
         return index
 
+    def membership_error(self, new: Membership) -> str | None:
+        """Why `new` cannot be proposed now; None when it can."""
+        if self.role is not Role.LEADER or self.transferee:
+            return "not the leader"
+        if self.pending_membership > self.applied:
+            return "another membership change is still in progress"
+        old_voters, old_learners = set(self.voters), set(self.learners)
+        voters, learners = set(new.voters), set(new.learners)
+        if not voters or voters & learners:
+            return "a configuration needs voters, and no node can be both voter and learner"
+        added, removed = (
+            (voters | learners) - (old_voters | old_learners),
+            (old_voters | old_learners) - (voters | learners),
+        )
+        promoted = voters & old_learners
+        if len(added) + len(removed) + len(promoted) != 1 or (added & voters) or (voters - old_voters - promoted):
+            return "change one node at a time: add a learner, promote a learner, or remove a node"
+        return None
+
+    def propose_membership(self, new: Membership, data: bytes) -> int | None:
+        """Appends a membership entry (`data` encodes `new`); None when `membership_error` objects."""
+        if self.membership_error(new) is not None:
+            return None
+        index = self.last_index() + 1
+        self.log.append(Entry(self.term, index, data, MEMBERSHIP))
+        self.pending_membership = index
+        self._replicate = True
+        return index
+
     def step(self, msg: Message) -> None:
-        if self.role is Role.LEADER and msg.src in self.next:
+        if self.role is Role.LEADER and msg.src in self.voters:
             self.active.add(msg.src)
         if isinstance(msg, RequestVote) and not msg.transfer and self._in_lease():
             return  # a leader is alive as far as we know: do not help depose it
@@ -229,6 +273,33 @@ class RaftCore:
     def on_applied(self, index: int) -> None:
         self.applied = max(self.applied, index)
 
+    def snapshot_finished(self, peer: int) -> None:
+        """The driver's transfer to `peer` ended, installed or not; if the peer still needs
+        compacted entries, the next probe asks for another."""
+        self.snapshotting.discard(peer)
+
+    def can_install(self, term: int, index: int) -> bool:
+        """Whether a snapshot at `index` from a leader of `term` would move this node forward."""
+        return term >= self.term and index > max(self.commit, self.applied)
+
+    def install(self, term: int, leader: int, index: int, snap_term: int, membership: Membership) -> None:
+        """The driver has replaced the state machine's store with a snapshot at `index`."""
+        if term > self.term or self.role is not Role.FOLLOWER:
+            self._become_follower(term, leader)
+        self.leader, self.elapsed = leader, 0
+        if self.term_at(index) == snap_term:
+            self.log = self.log[index - self.offset :]  # entries past the snapshot still match
+        else:
+            self.log = []
+            self.stable = index
+            self.unstable_from = index + 1
+        self.offset, self.offset_term = index, snap_term
+        self.commit = self.applied = index
+        self.stable = max(self.stable, index)
+        self.unstable_from = max(self.unstable_from, index + 1)
+        self._set_membership(membership)
+        self.outbox.append(AppendResponse(self.term, self.id, leader, True, index))
+
     def compact(self, index: int) -> None:
         """Forgets entries up to `index` (already applied and covered by durable state)."""
         index = min(index, self.applied, self.stable)
@@ -256,21 +327,45 @@ class RaftCore:
             rd.hard_state = self._emitted
             self.unstable_from = self.last_index() + 1
         rd.messages, self.outbox = self.outbox, []
+        rd.snapshots, self._snapshot_requests = self._snapshot_requests, []
         upto = min(self.commit, self.stable, self.last_index())
         if upto > self.applied:
             rd.committed = self.slice(self.applied + 1, upto + 1)
+            for entry in rd.committed:
+                if entry.kind == MEMBERSHIP:
+                    self._set_membership(decode_membership(entry.data))
         return rd
 
     # Role changes
 
     def _peers(self) -> list[int]:
+        """Every node the leader replicates to: voters and learners but itself."""
+        return [n for n in (*self.voters, *self.learners) if n != self.id]
+
+    def _voting_peers(self) -> list[int]:
         return [v for v in self.voters if v != self.id]
+
+    def _set_membership(self, membership: Membership) -> None:
+        self.voters, self.learners = sorted(membership.voters), sorted(membership.learners)
+        if self.role is not Role.LEADER:
+            return
+        peers = set(self._peers())
+        for peer in peers - set(self.next):
+            self.next[peer], self.match[peer] = self.last_index() + 1, 0
+        for peer in set(self.next) - peers:
+            del self.next[peer], self.match[peer]
+            self.snapshotting.discard(peer)
+        if self.id not in self.voters:
+            self._become_follower(self.term, 0)  # removed: a voter of the new configuration will lead
+        else:
+            self._maybe_commit()
 
     def _random_timeout(self) -> int:
         return self.election_ticks + self.rng.randrange(self.election_ticks)
 
     def _become_follower(self, term: int, leader: int) -> None:
         self.transferee = 0
+        self.snapshotting, self._snapshot_requests = set(), []
         if term != self.term:
             self.term = term
             self.vote = 0
@@ -287,8 +382,11 @@ class RaftCore:
         self.active = set()
         self.next = {p: self.last_index() + 1 for p in self._peers()}
         self.match = {p: 0 for p in self._peers()}
-        # A no-op in the new term lets entries from earlier terms commit.
+        self.snapshotting = set()
+        # A no-op in the new term lets entries from earlier terms commit. Membership changes wait
+        # until it is applied: a configuration change from an earlier term may still be in flight.
         self.propose(b"")
+        self.pending_membership = self.last_index()
         self._maybe_commit()
 
     # Handlers
@@ -306,7 +404,7 @@ class RaftCore:
         self.outbox.append(VoteResponse(self.term, self.id, msg.src, granted))
 
     def _on_vote_response(self, msg: VoteResponse) -> None:
-        if not msg.granted:
+        if not msg.granted or msg.src not in self.voters:
             return
         if msg.pre_vote and self.role is Role.PRE_CANDIDATE:
             self.votes.add(msg.src)
@@ -361,10 +459,12 @@ class RaftCore:
             if msg.src == self.transferee and msg.match_index == self.last_index():
                 self.outbox.append(TimeoutNow(self.term, self.id, msg.src))
             self.next[msg.src] = max(self.next[msg.src], msg.match_index + 1)
-            if self.next[msg.src] <= self.last_index():
+            if self.next[msg.src] > self.offset:
+                self.snapshotting.discard(msg.src)  # caught up from a snapshot: back to the log
+            if self.next[msg.src] <= self.last_index() and msg.src not in self.snapshotting:
                 self._send_append(msg.src)
-        else:
-            self.next[msg.src] = max(self.offset + 1, min(self.next[msg.src] - 1, msg.match_index + 1))
+        elif msg.src not in self.snapshotting:
+            self.next[msg.src] = max(1, min(self.next[msg.src] - 1, msg.match_index + 1))
             self._send_append(msg.src)
 
     # Replication
@@ -379,7 +479,14 @@ class RaftCore:
             self._send_append(peer)
 
     def _send_append(self, peer: int) -> None:
-        nxt = max(self.next[peer], self.offset + 1)
+        nxt = self.next[peer]
+        if nxt <= self.offset and peer not in self.snapshotting:
+            self.snapshotting.add(peer)  # what it needs is compacted away: ship a snapshot instead
+            self._snapshot_requests.append(peer)
+        if peer in self.snapshotting:
+            # A probe keeps its election timer quiet and reports where it stands once installed.
+            self.outbox.append(AppendEntries(self.term, self.id, peer, self.offset, self.offset_term, [], self.commit))
+            return
         prev = nxt - 1
         entries = self.slice(nxt, min(self.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE))
         self.outbox.append(AppendEntries(self.term, self.id, peer, prev, self.term_at(prev) or 0, entries, self.commit))
@@ -387,8 +494,12 @@ class RaftCore:
         self.next[peer] = nxt + len(entries)
 
     def _maybe_commit(self) -> None:
-        matches = sorted([self.stable, *self.match.values()], reverse=True)
-        candidate = matches[self.quorum() - 1]
+        matches = [self.match[v] for v in self.voters if v in self.match]
+        if self.id in self.voters:
+            matches.append(self.stable)
+        if len(matches) < self.quorum():
+            return
+        candidate = sorted(matches, reverse=True)[self.quorum() - 1]
         # Only entries of the current term commit by counting replicas.
         if candidate > self.commit and self.term_at(candidate) == self.term:
             self.commit = candidate

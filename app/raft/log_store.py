@@ -54,6 +54,25 @@ class LogStore:
             self.kv.write(batch)
             self.kv.sync_wal()
 
+    def term_at(self, index: int) -> int | None:
+        raw = self.kv.get(LOG_CF, _key(index))
+        return decode_entry(raw).term if raw else None
+
+    def restore(self, index: int, term: int) -> None:
+        """Moves the log behind a snapshot installed at (index, term), synced before returning.
+
+        Entries past the snapshot survive only if the log agrees with it at `index`.
+        """
+        keep_suffix = self.term_at(index) == term
+        batch = Batch()
+        batch.put(META_CF, _COMPACTED, _PAIR.pack(index, term))
+        batch.delete_range(LOG_CF, _key(0), _key(index + 1 if keep_suffix else 2**64 - 1))
+        self.kv.write(batch)
+        self.kv.sync_wal()
+        self.compacted_index, self.compacted_term = index, term
+        if not keep_suffix or self.last_index < index:
+            self.last_index = index
+
     def compact(self, index: int, term: int) -> None:
         """Drops entries up to `index`; only once the state machine covering them is durable."""
         if index <= self.compacted_index:

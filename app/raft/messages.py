@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import msgspec
 
+NORMAL, MEMBERSHIP = 0, 1  # entry kinds
+
 
 class Entry(msgspec.Struct, array_like=True, frozen=True):
     term: int
     index: int
     data: bytes  # empty for the no-op a new leader appends
+    kind: int = NORMAL  # MEMBERSHIP entries carry an encoded Membership
+
+
+class Membership(msgspec.Struct, array_like=True, frozen=True):
+    """The whole configuration after a change: node id -> advertised URL, for voters and learners.
+
+    A membership entry takes effect when it commits, and a leader proposes one only when the
+    previous one has been applied, so configurations change one node at a time.
+    """
+
+    voters: dict[int, str]
+    learners: dict[int, str] = {}
 
 
 class HardState(msgspec.Struct, array_like=True):
@@ -67,6 +81,7 @@ _encoder = msgspec.msgpack.Encoder()
 _message_decoder = msgspec.msgpack.Decoder(Message)
 _entry_decoder = msgspec.msgpack.Decoder(Entry)
 _hard_state_decoder = msgspec.msgpack.Decoder(HardState)
+_membership_decoder = msgspec.msgpack.Decoder(Membership)
 
 
 def encode(obj: msgspec.Struct) -> bytes:
@@ -83,3 +98,7 @@ def decode_entry(raw: bytes) -> Entry:
 
 def decode_hard_state(raw: bytes) -> HardState:
     return _hard_state_decoder.decode(raw)
+
+
+def decode_membership(raw: bytes) -> Membership:
+    return _membership_decoder.decode(raw)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.raft.messages import Entry
+from app.raft.messages import MEMBERSHIP, Entry, Membership, decode_membership
 from app.state_machine import records as r
 from app.state_machine.commands import (
     Append,
@@ -41,17 +41,7 @@ BUILTIN_BUCKETS = (LEGACY_BUCKET, COMPAT_BUCKET)
 class StateMachine(StreamReader):
     def __init__(self, kv: KV, on_change: Callable[[set[int]], None] | None = None) -> None:
         super().__init__(kv)
-        raw = kv.get(r.SM_META, r.APPLIED_KEY)
-        self.applied_index = r.U64.unpack(raw)[0] if raw else 0
-        raw = kv.get(r.SM_META, r.NEXT_SID_KEY)
-        self.next_sid = r.U64.unpack(raw)[0] if raw else 1
-        self.buckets: dict[str, int] = {b: 0 for b in BUILTIN_BUCKETS}
-        for key, value in kv.scan(r.BUCKETS, b""):
-            self.buckets[key.decode()] = r.U64.unpack(value)[0]
-        for _, value in kv.scan(r.STREAMS, b""):
-            meta = r.decode_meta(value)
-            self.streams[meta.sid] = meta
-            self.names[(meta.bucket, meta.name)] = meta.sid
+        self._load()
         self.on_change = on_change
         self._handlers: dict[type, Callable[[Any, int], Outcome]] = {
             Append: self._append,
@@ -66,22 +56,50 @@ class StateMachine(StreamReader):
         self._dirty: set[int] = set()
         self._changed: set[int] = set()
 
+    def _load(self) -> None:
+        kv = self.kv
+        self.applied_index, self.applied_term = r.decode_applied(kv.get(r.SM_META, r.APPLIED_KEY))
+        raw = kv.get(r.SM_META, r.MEMBERSHIP_KEY)
+        self.membership: Membership | None = decode_membership(raw) if raw else None
+        raw = kv.get(r.SM_META, r.NEXT_SID_KEY)
+        self.next_sid = r.U64.unpack(raw)[0] if raw else 1
+        self.buckets: dict[str, int] = {b: 0 for b in BUILTIN_BUCKETS}
+        for key, value in kv.scan(r.BUCKETS, b""):
+            self.buckets[key.decode()] = r.U64.unpack(value)[0]
+        for _, value in kv.scan(r.STREAMS, b""):
+            meta = r.decode_meta(value)
+            self.streams[meta.sid] = meta
+            self.names[(meta.bucket, meta.name)] = meta.sid
+
+    def reload(self, kv: KV) -> None:
+        """Starts over from another store: a snapshot installed from the leader."""
+        before = set(self.streams)
+        StreamReader.__init__(self, kv)
+        self._load()
+        if self.on_change is not None:
+            self.on_change(before | set(self.streams))  # live readers re-check what they follow
+
     # Apply
 
     def apply(self, entries: list[Entry]) -> list[Outcome | None]:
         results: list[Outcome | None] = []
         for entry in entries:
+            if entry.kind == MEMBERSHIP:
+                self.membership = decode_membership(entry.data)
+                self._batch.put(r.SM_META, r.MEMBERSHIP_KEY, entry.data)
+                results.append(None)
+                continue
             if not entry.data:
                 results.append(None)
                 continue
             env = decode_envelope(entry.data)
             results.append(self._dispatch(env.command, env.now))
-        self.applied_index = entries[-1].index
+        self.applied_index, self.applied_term = entries[-1].index, entries[-1].term
         for sid in self._dirty:
             meta = self.streams.get(sid)
             if meta is not None:
                 self._batch.put(r.STREAMS, r.sid_key(sid), r.encode(meta))
-        self._batch.put(r.SM_META, r.APPLIED_KEY, r.U64.pack(self.applied_index))
+        self._batch.put(r.SM_META, r.APPLIED_KEY, r.encode_applied(self.applied_index, self.applied_term))
         self._batch.put(r.SM_META, r.NEXT_SID_KEY, r.U64.pack(self.next_sid))
         self.kv.write(self._batch)
         self._batch, self._dirty = Batch(), set()

@@ -15,11 +15,13 @@ PRODUCERS = "producers"  # sid, producer id -> ProducerState
 SM_META = "sm_meta"  # applied index, next sid
 COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META]
 
-APPLIED_KEY = b"applied"
+APPLIED_KEY = b"applied"  # index and term of the last applied entry
+MEMBERSHIP_KEY = b"membership"  # the last applied Membership, as its entry carried it
 SYNCED_KEY = b"synced"
 NEXT_SID_KEY = b"next_sid"
 
 U64 = struct.Struct(">Q")
+_APPLIED = struct.Struct(">QQ")
 _POS = struct.Struct(">QQ")
 
 # A record is a small header (format version, append time) and the payload.
@@ -121,3 +123,17 @@ def record_payload(value: bytes) -> memoryview:
 
 def record_time(value: bytes) -> int:
     return _RECORD_HEADER.unpack_from(value)[1]
+
+
+def encode_applied(index: int, term: int) -> bytes:
+    return _APPLIED.pack(index, term)
+
+
+def decode_applied(raw: bytes | None) -> tuple[int, int]:
+    """(index, term); stores written before terms were recorded give term 0."""
+    if raw is None:
+        return 0, 0
+    if len(raw) == U64.size:
+        return U64.unpack(raw)[0], 0
+    index, term = _APPLIED.unpack(raw)
+    return index, term

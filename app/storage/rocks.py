@@ -31,6 +31,10 @@ class RocksKV:
         self._sync.sync = True
         self._nosync = rocksdict.WriteOptions()
 
+    @property
+    def db(self) -> rocksdict.Rdict:
+        return self._db
+
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._cfs[cf].get(key)
 

@@ -21,9 +21,13 @@ from app.storage.rocks import RocksKV
 from tests.server import RillCluster
 
 
+# Compacting often makes restarted and frozen nodes catch up from snapshots, not just the log.
+COMPACTING = {"RILL_RAFT_COMPACT_ENTRIES": "100", "RILL_RAFT_COMPACT_KEEP": "10"}
+
+
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[RillCluster]:
-    nodes = RillCluster(tmp_path).start()
+    nodes = RillCluster(tmp_path, env=COMPACTING).start()
     yield nodes
     nodes.stop()
 

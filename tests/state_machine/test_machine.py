@@ -155,14 +155,14 @@ def test_apply_returns_one_outcome_per_entry_and_none_for_noop_entries(h: H) -> 
     out = h.sm.apply([*entries, noop, *more])
     assert [o.code if o else None for o in out] == [Code.CREATED, None, Code.APPENDED]
     assert h.sm.applied_index == more[-1].index
-    assert r.U64.unpack(h.kv.get(r.SM_META, r.APPLIED_KEY))[0] == more[-1].index
+    assert r.decode_applied(h.kv.get(r.SM_META, r.APPLIED_KEY)) == (more[-1].index, more[-1].term)
 
 
 def test_noop_only_batch_advances_applied_index(h: H) -> None:
     h.index += 1
     assert h.sm.apply([Entry(2, h.index, b"")]) == [None]
     assert h.sm.applied_index == h.index
-    assert r.U64.unpack(h.kv.get(r.SM_META, r.APPLIED_KEY))[0] == h.index
+    assert r.decode_applied(h.kv.get(r.SM_META, r.APPLIED_KEY)) == (h.index, 2)
 
 
 def test_sids_are_never_reused(h: H) -> None:

@@ -1,0 +1,184 @@
+"""Routes between nodes and for operators: Raft messages, snapshot chunks, and membership.
+
+Raft traffic and snapshot chunks must carry an HMAC of the cluster secret over the body, so a
+client cannot speak Raft to a node. Membership changes need the secret as a bearer token;
+listing the members does not. A change sent to a follower is redirected to the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+
+import msgspec
+from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app.protocol.engine import Engine
+from app.protocol.errors import error_body
+from app.raft.messages import Membership
+from app.raft_node import MembershipRefused, NotLeader, ProposalDropped, RaftNode
+from app.raft_transport import AUTH_HEADER, verify
+from app.raft_transport import decode as decode_messages
+from app.routes.forward import leader_target
+from app.snapshots import decode_chunk
+
+CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up before promotion
+
+
+class NewMember(BaseModel):
+    id: int = Field(ge=1)
+    url: str = Field(pattern=r"^https?://[^/?#\s]+$", description="the node's advertised base URL")
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(error_body(code, message), status, {**(headers or {}), "content-type": "application/json"})
+
+
+def _signed(request: Request, body: bytes) -> bool:
+    secret = request.app.state.cluster_secret
+    return bool(secret) and verify(secret, body, request.headers.get(AUTH_HEADER))
+
+
+async def raft_messages(request: Request) -> Response:
+    body = await request.body()
+    if not _signed(request, body):
+        return _error(403, "forbidden", "not a signed message from this cluster")
+    try:
+        messages = decode_messages(body)
+    except msgspec.DecodeError:
+        return _error(400, "bad_request", "undecodable Raft messages")
+    node: RaftNode = request.app.state.engine.node
+    for msg in messages:
+        node.receive(msg)
+    return Response(status_code=204)
+
+
+async def snapshot_chunk(request: Request) -> Response:
+    body = await request.body()
+    if not _signed(request, body):
+        return _error(403, "forbidden", "not a signed message from this cluster")
+    try:
+        chunk = decode_chunk(body)
+    except msgspec.DecodeError:
+        return _error(400, "bad_request", "undecodable snapshot chunk")
+    if await request.app.state.snapshots.receive(chunk):
+        return Response(status_code=204)
+    return _error(409, "snapshot_refused", "this transfer is stale or out of order")
+
+
+def _describe(engine: Engine) -> dict[str, object]:
+    membership = engine.membership()
+    node = engine.node
+    core = node.core
+    return {
+        "leader": core.leader or None,
+        "voters": {str(k): v for k, v in sorted(membership.voters.items())},
+        "learners": {str(k): v for k, v in sorted(membership.learners.items())},
+        "match": {str(k): v for k, v in sorted(core.match.items())} if node.is_leader else None,
+        "commit": core.commit,
+    }
+
+
+async def list_members(request: Request) -> Response:
+    return JSONResponse(_describe(request.app.state.engine))
+
+
+def _authorized(request: Request) -> bool:
+    secret: bytes = request.app.state.cluster_secret
+    given = request.headers.get("authorization", "")
+    return bool(secret) and hmac.compare_digest(given.encode(), b"Bearer " + secret)
+
+
+def _not_leader(request: Request) -> Response:
+    engine = request.app.state.engine
+    leader = engine.leader_url()
+    if leader is None:
+        return _error(503, "no_leader", "no leader is known yet; retry shortly", {"retry-after": "1"})
+    body = error_body("not_leader", "this node does not lead the cluster; follow the redirect")
+    return Response(body, 307, {"location": leader_target(leader, request.scope), "content-type": "application/json"})
+
+
+async def _change(node: RaftNode, new: Membership) -> Response | None:
+    try:
+        await node.change_membership(new)
+    except MembershipRefused as exc:
+        return _error(409, "membership_conflict", str(exc))
+    except (NotLeader, ProposalDropped):
+        return _error(503, "retry", "leadership changed; retry the request", {"retry-after": "1"})
+    return None
+
+
+async def add_member(request: Request) -> Response:
+    """Adds a node as a learner, waits for it to catch up, then makes it a voter."""
+    if not _authorized(request):
+        return _error(401, "unauthorized", "membership changes need 'Authorization: Bearer <cluster secret>'")
+    try:
+        member = NewMember.model_validate_json(await request.body())
+    except ValidationError:
+        return _error(400, "bad_request", 'the body must be {"id": <node id>, "url": "http://host:port"}')
+    engine: Engine = request.app.state.engine
+    node = engine.node
+    if not node.is_leader:
+        return _not_leader(request)
+    current = engine.membership()
+    known = {**current.voters, **current.learners}
+    if member.id in known and known[member.id] != member.url.rstrip("/"):
+        return _error(409, "member_exists", f"node {member.id} is a member with another URL: {known[member.id]}")
+    url = member.url.rstrip("/")
+    if member.id not in known:
+        failed = await _change(node, Membership(current.voters, {**current.learners, member.id: url}))
+        if failed is not None:
+            return failed
+    if member.id not in engine.membership().voters:
+        if not await _caught_up(node, member.id):
+            return _error(
+                503,
+                "catching_up",
+                f"node {member.id} is a learner still catching up; repeat the request to promote it",
+                {"retry-after": "5"},
+            )
+        current = engine.membership()
+        learners = {k: v for k, v in current.learners.items() if k != member.id}
+        failed = await _change(node, Membership({**current.voters, member.id: url}, learners))
+        if failed is not None:
+            return failed
+    return JSONResponse(_describe(engine))
+
+
+async def _caught_up(node: RaftNode, peer: int) -> bool:
+    """Waits until the learner holds everything that was committed when the wait began."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CATCH_UP_SECONDS
+    target = node.core.commit
+    while loop.time() < deadline and node.is_leader:
+        if node.core.match.get(peer, 0) >= target:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def remove_member(request: Request) -> Response:
+    if not _authorized(request):
+        return _error(401, "unauthorized", "membership changes need 'Authorization: Bearer <cluster secret>'")
+    raw = request.path_params["node_id"]
+    if not raw.isdigit():
+        return _error(400, "bad_request", "the node id must be a positive integer")
+    engine: Engine = request.app.state.engine
+    node = engine.node
+    if not node.is_leader:
+        return _not_leader(request)
+    peer = int(raw)
+    current = engine.membership()
+    if peer not in current.voters and peer not in current.learners:
+        return _error(404, "member_not_found", f"node {peer} is not a member")
+    if peer == node.id:
+        # A leader leaving hands over first; the client repeats the request on the new leader.
+        if not await node.transfer_leadership():
+            return _error(503, "retry", "could not hand leadership over yet; retry", {"retry-after": "1"})
+        return _not_leader(request)
+    voters = {k: v for k, v in current.voters.items() if k != peer}
+    learners = {k: v for k, v in current.learners.items() if k != peer}
+    failed = await _change(node, Membership(voters, learners))
+    return failed or JSONResponse(_describe(engine))

@@ -1,0 +1,206 @@
+"""Raft snapshots on disk and between nodes.
+
+The leader takes a RocksDB checkpoint of the state machine's store (consistent across column
+families, cheap: hard links) and streams its pairs to a follower in signed chunks, one in
+flight at a time. The follower loads them into a staging store beside its own; when the last
+chunk arrives it syncs the staging store, marks it complete, and asks the Raft driver to install
+it: the directories are swapped, the state machine reloads, and the Raft log moves behind the
+snapshot. A crash between those steps is finished (or undone) when the node next opens its
+store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+import rocksdict
+
+from app.state_machine import records
+from app.state_machine.machine import StateMachine
+from app.state_machine.snapshot import Pair, applied_point, export, load
+from app.storage.rocks import RocksKV
+
+if TYPE_CHECKING:
+    from app.raft_node import RaftNode
+    from app.raft_transport import Transport
+
+log = logging.getLogger("rill.snapshots")
+
+PATH = "/_rill/snapshot"
+CHUNK_BYTES = 1 << 20
+_COMPLETE = "COMPLETE"
+
+
+class SnapshotChunk(msgspec.Struct, array_like=True):
+    term: int  # the sending leader's term
+    src: int
+    dst: int
+    index: int  # the applied index (and term) the snapshot holds
+    snap_term: int
+    seq: int
+    done: bool  # the last chunk carries no pairs: it asks the follower to install
+    pairs: list[Pair]
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(SnapshotChunk)
+
+
+def decode_chunk(body: bytes) -> SnapshotChunk:
+    return _decoder.decode(body)
+
+
+class StateStore:
+    """The directory of the state machine's store, its staged replacement, and checkpoints."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "state"
+        self.staging = data_dir / "state.staging"
+        self.checkpoints = data_dir / "checkpoints"
+
+    def open(self) -> RocksKV:
+        """Opens the store, first finishing an install a crash interrupted."""
+        if (self.staging / _COMPLETE).exists():
+            self.swap()
+        shutil.rmtree(self.staging, ignore_errors=True)
+        shutil.rmtree(self.checkpoints, ignore_errors=True)
+        return RocksKV(self.path, records.COLUMN_FAMILIES)
+
+    def checkpoint(self, kv: RocksKV, name: str) -> Path:
+        path = self.checkpoints / name
+        shutil.rmtree(path, ignore_errors=True)
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        rocksdict.Checkpoint(kv.db).create_checkpoint(str(path))
+        return path
+
+    def begin_staging(self) -> RocksKV:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        return RocksKV(self.staging, records.COLUMN_FAMILIES)
+
+    def complete_staging(self, kv: RocksKV) -> None:
+        kv.sync_wal()
+        kv.close()
+        marker = self.staging / _COMPLETE
+        marker.write_bytes(b"")
+        _fsync(marker)
+        _fsync(self.staging)
+
+    def swap(self) -> None:
+        """Makes the complete staging store the state store (the old one is removed)."""
+        old = self.path.with_name("state.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if self.path.exists():
+            self.path.rename(old)
+        (self.staging / _COMPLETE).unlink()
+        self.staging.rename(self.path)
+        _fsync(self.path.parent)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Snapshots:
+    """Ships snapshots to followers (as leader) and installs them (as follower)."""
+
+    def __init__(self, store: StateStore, machine: StateMachine, transport: Transport | None) -> None:
+        self.store = store
+        self.machine = machine
+        self.transport = transport
+        self.node: RaftNode | None = None
+        self._lock = asyncio.Lock()
+        self._staging: RocksKV | None = None
+        self._receiving: tuple[int, int, int, int] | None = None  # (src, term, index, snap_term)
+        self._next_seq = 0
+
+    # Leader side
+
+    async def send(self, peer: int, term: int) -> bool:
+        """Streams a fresh snapshot to `peer`; True once the peer has installed it."""
+        assert self.node is not None and self.transport is not None
+        kv = self.machine.kv
+        assert isinstance(kv, RocksKV)
+        path = await asyncio.to_thread(self.store.checkpoint, kv, f"to-{peer}")
+        checkpoint = await asyncio.to_thread(RocksKV, path, records.COLUMN_FAMILIES)
+        try:
+            index, snap_term = applied_point(checkpoint)
+            log.info("sending node %s a snapshot at index %s", peer, index)
+            chunks = self._chunks(checkpoint, term, peer, index, snap_term)
+            return await self.transport.stream(peer, PATH, chunks)
+        finally:
+            await asyncio.to_thread(_discard, checkpoint, path)
+
+    async def _chunks(self, kv: RocksKV, term: int, peer: int, index: int, snap_term: int) -> AsyncIterator[bytes]:
+        assert self.node is not None
+        batches: Iterator[list[Pair]] = export(kv, CHUNK_BYTES)
+        seq = 0
+        while True:
+            pairs = await asyncio.to_thread(next, batches, None)
+            chunk = SnapshotChunk(term, self.node.id, peer, index, snap_term, seq, pairs is None, pairs or [])
+            yield _encoder.encode(chunk)
+            if pairs is None:
+                return
+            seq += 1
+
+    # Follower side
+
+    async def receive(self, chunk: SnapshotChunk) -> bool:
+        """Takes one chunk; False tells the leader to give up this transfer."""
+        assert self.node is not None
+        async with self._lock:
+            point = (chunk.src, chunk.term, chunk.index, chunk.snap_term)
+            if chunk.seq == 0:
+                await self._abort()
+                if not self.node.core.can_install(chunk.term, chunk.index):
+                    return False
+                self._staging = await asyncio.to_thread(self.store.begin_staging)
+                self._receiving, self._next_seq = point, 0
+            if self._staging is None or point != self._receiving or chunk.seq != self._next_seq:
+                return False
+            self._next_seq += 1
+            if not chunk.done:
+                await asyncio.to_thread(load, self._staging, chunk.pairs)
+                return True
+            staging, self._staging, self._receiving = self._staging, None, None
+            if applied_point(staging) != (chunk.index, chunk.snap_term):
+                staging.close()
+                return False
+            await asyncio.to_thread(self.store.complete_staging, staging)
+            installed = await self.node.install_snapshot(chunk.term, chunk.src, chunk.index, chunk.snap_term)
+            if not installed:
+                shutil.rmtree(self.store.staging, ignore_errors=True)
+            return installed
+
+    def install(self) -> None:
+        """Swaps the complete staging store in; runs inside the driver, between Readys."""
+        self.machine.kv.close()  # RocksDB locks by path: the old store must let go of it first
+        self.store.swap()
+        self.machine.reload(RocksKV(self.store.path, records.COLUMN_FAMILIES))
+
+    async def _abort(self) -> None:
+        staging, self._staging, self._receiving = self._staging, None, None
+        if staging is not None:
+            staging.close()
+            await asyncio.to_thread(shutil.rmtree, self.store.staging, True)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._abort()
+
+
+def _discard(kv: RocksKV, path: Path) -> None:
+    kv.close()
+    shutil.rmtree(path, ignore_errors=True)

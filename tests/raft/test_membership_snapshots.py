@@ -1,0 +1,620 @@
+"""Learners, one-node-at-a-time membership changes, and snapshots, driven by hand.
+
+Every test steps `RaftCore` instances directly and delivers (or drops) their messages itself,
+so each scenario is exact and deterministic. The last tests cover the storage halves of a
+snapshot: `LogStore.restore` moving the log behind it, and the state machine's export/load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from app.raft import log_store
+from app.raft.core import RaftCore, Ready, Role
+from app.raft.log_store import LogStore
+from app.raft.messages import (
+    MEMBERSHIP,
+    AppendEntries,
+    AppendResponse,
+    Entry,
+    HardState,
+    Membership,
+    Message,
+    VoteResponse,
+    encode,
+)
+from app.state_machine import records as r
+from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
+from app.state_machine.machine import COMPAT_BUCKET, StateMachine
+from app.state_machine.snapshot import Pair, applied_point, export, load
+from app.storage.kv import MemoryKV
+from tests.state_machine.helpers import T0, dump
+
+# Helpers
+
+
+def _cfg(voters: Iterable[int], learners: Iterable[int] = ()) -> Membership:
+    """A configuration with a made-up URL per node."""
+    return Membership({v: f"http://n{v}" for v in voters}, {n: f"http://n{n}" for n in learners})
+
+
+def _drain(core: RaftCore) -> Ready:
+    """Runs one Ready as a driver would: persist, then report it."""
+    rd = core.ready()
+    if rd.entries:
+        core.on_persisted(rd.entries[-1].index, rd.entries[-1].term)
+    if rd.committed:
+        core.on_applied(rd.committed[-1].index)
+    return rd
+
+
+def _to(rd: Ready, dst: int) -> list[Message]:
+    return [m for m in rd.messages if m.dst == dst]
+
+
+def _appends(rd: Ready, dst: int) -> list[AppendEntries]:
+    return [m for m in rd.messages if isinstance(m, AppendEntries) and m.dst == dst]
+
+
+def _elect(voters: Iterable[int] = (1, 2, 3), learners: Iterable[int] = (4,)) -> RaftCore:
+    """Node 1 wins term 1 with node 2's vote; its no-op (index 1) is neither persisted nor committed."""
+    core = RaftCore(1, list(voters), HardState(), [], learners=list(learners))
+    core.campaign()
+    core.step(VoteResponse(core.term, 2, 1, True))
+    assert core.role is Role.LEADER and core.last_index() == 1
+    return core
+
+
+def _ack(leader: RaftCore, src: int, match: int | None = None) -> None:
+    """A successful AppendResponse from `src` (by default: it holds the leader's whole log)."""
+    index = leader.last_index() if match is None else match
+    leader.step(AppendResponse(leader.term, src, leader.id, True, index))
+
+
+def _ready_leader(voters: Iterable[int] = (1, 2, 3), learners: Iterable[int] = (4,)) -> RaftCore:
+    """A leader whose no-op node 2 acked, so it is committed and applied: it may change membership."""
+    leader = _elect(voters, learners)
+    _drain(leader)
+    _ack(leader, 2)
+    assert [e.index for e in _drain(leader).committed] == [1]
+    assert leader.applied == leader.pending_membership == 1
+    return leader
+
+
+def _commit_membership(leader: RaftCore, new: Membership) -> tuple[int, Ready]:
+    """Proposes `new`, has node 2 ack it, and drains the Ready that applies it."""
+    index = leader.propose_membership(new, encode(new))
+    assert index is not None
+    _drain(leader)
+    _ack(leader, 2)
+    assert leader.commit >= index
+    return index, _drain(leader)
+
+
+# 1. Learners
+
+
+def test_learner_gets_the_log_but_its_acks_do_not_commit() -> None:
+    leader = _elect()
+    leader.propose(b"a")
+    rd = _drain(leader)
+    assert [e.index for m in _appends(rd, 4) for e in m.entries] == [1, 2]  # replicated to the learner
+
+    _ack(leader, 4)
+    assert leader.match[4] == 2  # the ack was taken...
+    assert leader.commit == 0  # ...but the leader and a learner are not a majority of 3 voters
+    assert _drain(leader).committed == []
+
+    _ack(leader, 2)  # one voter's ack is enough, which shows the learner's was what fell short
+    assert leader.commit == 2
+    assert [e.data for e in _drain(leader).committed] == [b"", b"a"]
+
+
+def test_learner_acks_do_not_keep_a_leader_in_power() -> None:
+    """Check-quorum counts only voters: a leader that hears from nobody but its learner steps down."""
+    leader = _elect()
+    _drain(leader)
+    for _ in range(leader.election_ticks):
+        _ack(leader, 4)
+        leader.tick()
+    assert leader.role is Role.FOLLOWER
+
+
+def test_learner_never_starts_an_election() -> None:
+    learner = RaftCore(4, [1, 2, 3], HardState(), [], learners=[4])
+    voter = RaftCore(3, [1, 2, 3], HardState(), [], learners=[4])
+    for _ in range(5 * learner.election_ticks):  # several timeouts: enough for the voter
+        learner.tick()
+        voter.tick()
+    assert voter.role is Role.PRE_CANDIDATE
+    assert learner.role is Role.FOLLOWER and learner.term == 0
+    assert not learner.ready().messages
+
+
+def test_votes_from_non_voters_are_ignored() -> None:
+    candidate = RaftCore(1, [1, 2, 3], HardState(), [], learners=[4])
+    candidate.start_election()
+    assert candidate.role is Role.PRE_CANDIDATE
+    candidate.step(VoteResponse(1, 4, 1, True, pre_vote=True))  # the learner
+    candidate.step(VoteResponse(1, 9, 1, True, pre_vote=True))  # a stranger
+    assert candidate.role is Role.PRE_CANDIDATE and candidate.term == 0
+
+    candidate.step(VoteResponse(1, 2, 1, True, pre_vote=True))
+    assert candidate.role is Role.CANDIDATE and candidate.term == 1
+    candidate.step(VoteResponse(1, 4, 1, True))
+    candidate.step(VoteResponse(1, 9, 1, True))
+    assert candidate.role is Role.CANDIDATE
+
+    candidate.step(VoteResponse(1, 3, 1, True))
+    assert candidate.role is Role.LEADER
+
+
+# 2. Which membership changes a leader accepts
+
+
+def test_follower_refuses_membership_changes() -> None:
+    follower = RaftCore(2, [1, 2, 3], HardState(), [], learners=[4])
+    new = _cfg([1, 2, 3], [4, 5])
+    assert follower.membership_error(new) == "not the leader"
+    assert follower.propose_membership(new, encode(new)) is None
+    assert follower.last_index() == 0
+
+
+def test_new_leader_refuses_membership_until_its_no_op_is_applied() -> None:
+    """A change from an earlier term may still be in flight until the new term's no-op applies."""
+    leader = _elect()
+    new = _cfg([1, 2, 3], [4, 5])
+    assert leader.pending_membership == 1
+    assert leader.membership_error(new) is not None
+    assert leader.propose_membership(new, encode(new)) is None
+
+    _drain(leader)
+    _ack(leader, 2)
+    assert leader.commit == 1
+    assert leader.membership_error(new) is not None  # committed is not enough
+    rd = leader.ready()
+    assert [e.index for e in rd.committed] == [1]
+    assert leader.membership_error(new) is not None  # handed out for applying is not enough either
+    leader.on_applied(1)
+    assert leader.membership_error(new) is None
+    assert leader.propose_membership(new, encode(new)) == 2
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        pytest.param(_cfg([1, 2, 3], [4, 5]), id="add-learner"),
+        pytest.param(_cfg([1, 2, 3, 4]), id="promote-learner"),
+        pytest.param(_cfg([1, 2], [4]), id="remove-voter"),
+        pytest.param(_cfg([1, 2, 3]), id="remove-learner"),
+        pytest.param(_cfg([2, 3], [4]), id="remove-the-leader"),
+    ],
+)
+def test_leader_accepts_a_one_node_change(new: Membership) -> None:
+    leader = _ready_leader()
+    assert leader.membership_error(new) is None
+    index = leader.propose_membership(new, encode(new))
+    assert index == 2 and leader.pending_membership == 2
+    entry = leader.log[-1]
+    assert (entry.index, entry.kind, entry.data) == (2, MEMBERSHIP, encode(new))
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        pytest.param(_cfg([1, 2, 3, 5], [4]), id="add-voter-directly"),
+        pytest.param(_cfg([1, 2], [4, 5]), id="add-learner-and-remove-voter"),
+        pytest.param(_cfg([1, 2, 3, 4], [5]), id="promote-and-add"),
+        pytest.param(_cfg([1, 2, 3, 4], [4]), id="voter-and-learner-at-once"),
+        pytest.param(_cfg([], [1, 2, 3, 4]), id="no-voters"),
+        pytest.param(_cfg([1, 2, 3], [4]), id="no-change"),
+        pytest.param(_cfg([1, 2], [3, 4]), id="demote-voter"),
+    ],
+)
+def test_leader_refuses_anything_but_a_one_node_change(new: Membership) -> None:
+    leader = _ready_leader()
+    assert leader.membership_error(new) is not None
+    assert leader.propose_membership(new, encode(new)) is None
+    assert leader.last_index() == 1 and leader.pending_membership == 1
+
+
+def test_second_change_waits_until_the_first_is_applied() -> None:
+    leader = _ready_leader()
+    first, second = _cfg([1, 2, 3], [4, 5]), _cfg([1, 2], [4, 5])
+    assert leader.propose_membership(first, encode(first)) == 2
+    assert leader.membership_error(second) == "another membership change is still in progress"
+    assert leader.propose_membership(second, encode(second)) is None
+
+    _drain(leader)
+    _ack(leader, 2)
+    rd = leader.ready()  # committed and handed out, not yet applied
+    assert [e.index for e in rd.committed] == [2]
+    assert leader.membership_error(second) is not None
+    leader.on_applied(2)
+    assert leader.membership_error(second) is None  # valid against the configuration `first` made
+    assert leader.propose_membership(second, encode(second)) == 3
+
+
+# 3. A membership entry takes effect when it commits
+
+
+def test_added_learner_takes_effect_on_commit_and_gets_the_log() -> None:
+    leader = _ready_leader()
+    new = _cfg([1, 2, 3], [4, 5])
+    index = leader.propose_membership(new, encode(new))
+    assert index is not None
+    rd = _drain(leader)
+    assert _to(rd, 5) == []  # not a member yet: nothing is sent to it
+    _ack(leader, 2)
+    assert leader.commit == index
+    assert leader.learners == [4] and 5 not in leader.next  # committed, but not yet handed out
+
+    rd = _drain(leader)
+    assert [(e.index, e.kind) for e in rd.committed] == [(index, MEMBERSHIP)]
+    assert (leader.voters, leader.learners) == ([1, 2, 3], [4, 5])
+    assert (leader.next[5], leader.match[5]) == (index + 1, 0)
+
+    leader.tick()  # the heartbeat now reaches the new learner
+    assert len(_appends(_drain(leader), 5)) == 1
+
+
+def test_follower_adopts_a_membership_entry_only_when_it_commits() -> None:
+    follower = RaftCore(2, [1, 2, 3], HardState(), [], learners=[4])
+    new = _cfg([1, 2, 3], [4, 5])
+    entries = [Entry(1, 1, b""), Entry(1, 2, encode(new), MEMBERSHIP)]
+    follower.step(AppendEntries(1, 1, 2, 0, 0, entries, 1))
+    assert _drain(follower).committed == []  # nothing is applied before it is persisted
+    rd = _drain(follower)
+    assert [e.index for e in rd.committed] == [1]
+    assert follower.learners == [4]  # in the log, not committed: no effect
+
+    follower.step(AppendEntries(1, 1, 2, 2, 1, [], 2))
+    rd = _drain(follower)
+    assert [e.index for e in rd.committed] == [2]
+    assert follower.learners == [4, 5]
+
+
+def test_promoted_learner_counts_toward_commit() -> None:
+    leader = _ready_leader()
+    _commit_membership(leader, _cfg([1, 2, 3, 4]))
+    assert leader.voters == [1, 2, 3, 4] and leader.learners == []
+    index = leader.propose(b"x")
+    _drain(leader)
+    _ack(leader, 2)
+    assert leader.commit < index  # 2 of 4 voters is no longer a majority
+    _ack(leader, 4)
+    assert leader.commit == index  # the promoted node's ack completes it
+
+
+def test_removed_node_loses_its_progress_and_its_heartbeats() -> None:
+    leader = _ready_leader()
+    _drain(leader)
+    assert 3 in leader.next
+    _commit_membership(leader, _cfg([1, 2], [4]))
+    assert leader.voters == [1, 2]
+    assert 3 not in leader.next and 3 not in leader.match
+    leader.tick()
+    rd = _drain(leader)
+    assert _to(rd, 3) == [] and len(_appends(rd, 2)) == 1
+
+
+def test_leader_that_removes_itself_steps_down_and_stays_quiet() -> None:
+    leader = _ready_leader()
+    index, rd = _commit_membership(leader, _cfg([2, 3], [4]))
+    assert [e.index for e in rd.committed] == [index]
+    assert leader.role is Role.FOLLOWER and leader.leader == 0
+    assert leader.voters == [2, 3]
+    for _ in range(5 * leader.election_ticks):  # no longer a voter: no campaigns
+        leader.tick()
+    assert leader.role is Role.FOLLOWER
+    assert not [m for m in _drain(leader).messages if not isinstance(m, AppendEntries)]
+
+
+# 4. Snapshots from the leader's side and the follower's
+
+
+def _leader_with_a_lagging_follower() -> tuple[RaftCore, RaftCore]:
+    """Leader 1 has entries 1..5 committed and applied (node 2 acked), compacted through 3;
+    node 3 was down for all of it and has an empty log."""
+    leader = _elect(learners=())
+    for data in (b"a", b"b", b"c", b"d"):
+        leader.propose(data)
+    rd = _drain(leader)
+    assert _appends(rd, 3)  # dropped: node 3 is down
+    _ack(leader, 2)
+    assert [e.index for e in _drain(leader).committed] == [1, 2, 3, 4, 5]
+    leader.compact(3)
+    assert (leader.offset, leader.offset_term, leader.last_index()) == (3, 1, 5)
+    return leader, RaftCore(3, [1, 2, 3], HardState(), [])
+
+
+def _request_snapshot(leader: RaftCore, follower: RaftCore) -> Ready:
+    """A heartbeat reaches the follower, which rejects it; the leader backs off below its offset."""
+    leader.tick()
+    (heartbeat,) = _appends(_drain(leader), 3)
+    assert heartbeat.prev_index == 5  # pipelining had already moved next[3] past the offset
+    follower.step(heartbeat)
+    (reject,) = _drain(follower).messages
+    assert isinstance(reject, AppendResponse) and not reject.success
+    leader.step(reject)
+    assert leader.next[3] <= leader.offset
+    return _drain(leader)
+
+
+def _assert_only_probes(leader: RaftCore, rd: Ready) -> list[AppendEntries]:
+    probes = _appends(rd, 3)
+    assert probes and _to(rd, 3) == probes
+    for probe in probes:
+        assert (probe.prev_index, probe.prev_term, probe.entries) == (leader.offset, leader.offset_term, [])
+    return probes
+
+
+def test_lagging_follower_is_listed_for_a_snapshot_once_and_probed_meanwhile() -> None:
+    leader, follower = _leader_with_a_lagging_follower()
+    rd = _request_snapshot(leader, follower)
+    assert rd.snapshots == [3]
+    _assert_only_probes(leader, rd)
+
+    for _ in range(3):  # heartbeats during the transfer: probes only, no second request
+        leader.tick()
+        rd = _drain(leader)
+        assert rd.snapshots == []
+        _assert_only_probes(leader, rd)
+
+    index = leader.propose(b"e")  # new entries go to node 2, never to the snapshotting node
+    rd = _drain(leader)
+    assert rd.snapshots == []
+    assert [e.index for m in _appends(rd, 2) for e in m.entries] == [index]
+    _assert_only_probes(leader, rd)
+
+
+def test_rejections_are_ignored_while_a_snapshot_is_in_flight() -> None:
+    leader, follower = _leader_with_a_lagging_follower()
+    rd = _request_snapshot(leader, follower)
+    (probe,) = _appends(rd, 3)
+    follower.step(probe)  # it still lacks the offset entry, so it rejects the probe
+    (reject,) = _drain(follower).messages
+    assert isinstance(reject, AppendResponse) and not reject.success
+    next_before = leader.next[3]
+    leader.step(reject)
+    rd = _drain(leader)
+    assert _to(rd, 3) == [] and rd.snapshots == []  # no back-off answer, no new request
+    assert leader.next[3] == next_before and 3 in leader.snapshotting
+
+
+def test_finished_transfer_lets_the_next_heartbeat_ask_again() -> None:
+    leader, follower = _leader_with_a_lagging_follower()
+    assert _request_snapshot(leader, follower).snapshots == [3]
+    leader.snapshot_finished(3)  # e.g. the transfer failed: the follower still needs one
+    assert 3 not in leader.snapshotting
+    leader.tick()
+    rd = _drain(leader)
+    assert rd.snapshots == [3]
+    _assert_only_probes(leader, rd)
+    leader.tick()
+    assert _drain(leader).snapshots == []  # once per transfer again
+
+
+def test_installed_snapshot_puts_the_follower_back_on_the_log() -> None:
+    leader, follower = _leader_with_a_lagging_follower()
+    _request_snapshot(leader, follower)
+    new_index = leader.propose(b"e")  # arrives while the snapshot is streaming
+    _drain(leader)
+
+    # The driver streamed the leader's store at its applied index, 5, which is past the offset 3.
+    assert follower.can_install(leader.term, 5)
+    follower.install(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
+    assert (follower.offset, follower.offset_term, follower.last_index()) == (5, 1, 5)
+    assert (follower.commit, follower.applied, follower.log) == (5, 5, [])
+    assert follower.leader == 1 and follower.role is Role.FOLLOWER
+    rd = _drain(follower)
+    assert rd.messages == [AppendResponse(leader.term, 3, 1, True, 5)]
+    assert rd.committed == []  # the snapshot already holds entries up to 5
+
+    leader.step(rd.messages[0])
+    assert (leader.match[3], leader.next[3]) == (5, new_index + 1)
+    assert 3 not in leader.snapshotting
+    rd = _drain(leader)
+    assert rd.snapshots == []
+    (append,) = _appends(rd, 3)
+    assert append.prev_index == 5 and [e.index for e in append.entries] == [new_index]
+
+    follower.step(append)
+    (reply,) = _drain(follower).messages
+    assert isinstance(reply, AppendResponse) and reply.success and reply.match_index == new_index
+    assert [e.data for e in follower.log] == [b"e"]
+
+
+def test_installed_follower_accepts_a_probe_from_below_its_snapshot() -> None:
+    """A probe sent before the leader saw the install reply names the leader's (lower) offset."""
+    leader, follower = _leader_with_a_lagging_follower()
+    (probe,) = _appends(_request_snapshot(leader, follower), 3)
+    follower.install(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
+    _drain(follower)
+    assert probe.prev_index == 3 < follower.offset
+    follower.step(probe)
+    assert _drain(follower).messages == [AppendResponse(leader.term, 3, 1, True, 5)]
+
+
+def test_removing_a_snapshotting_node_forgets_its_transfer() -> None:
+    """Otherwise a node removed mid-transfer would linger as a snapshot target."""
+    leader, follower = _leader_with_a_lagging_follower()
+    _request_snapshot(leader, follower)
+    assert 3 in leader.snapshotting
+    _commit_membership(leader, _cfg([1, 2]))
+    assert leader.voters == [1, 2] and 3 not in leader.snapshotting and 3 not in leader.next
+
+
+def test_deposed_leader_does_not_ask_for_a_snapshot() -> None:
+    leader, follower = _leader_with_a_lagging_follower()
+    leader.tick()
+    (heartbeat,) = _appends(_drain(leader), 3)
+    follower.step(heartbeat)
+    leader.step(_drain(follower).messages[0])  # the rejection queues a snapshot request for node 3
+    leader.step(AppendEntries(leader.term + 1, 2, 1, 5, 1, [], 5))  # before that Ready: node 2 leads term 2
+    assert leader.role is Role.FOLLOWER
+    assert leader.ready().snapshots == []
+
+
+# 5. can_install and install on the follower
+
+
+def _follower_with_log() -> RaftCore:
+    """Term 2; entries 1..3 of term 1 and 4..6 of term 2, all persisted; 2 committed and applied."""
+    entries = [Entry(1, i, b"x%d" % i) for i in (1, 2, 3)] + [Entry(2, i, b"x%d" % i) for i in (4, 5, 6)]
+    return RaftCore(2, [1, 2, 3], HardState(term=2, vote=1, commit=2), entries, applied=2)
+
+
+@pytest.mark.parametrize(
+    ("term", "index", "expected"),
+    [
+        (1, 5, False),  # from a leader of an older term
+        (2, 1, False),  # below the commit index
+        (2, 2, False),  # at the commit index
+        (2, 3, True),
+        (2, 9, True),  # beyond the log
+        (3, 3, True),  # from a newer term
+    ],
+)
+def test_can_install(term: int, index: int, expected: bool) -> None:
+    assert _follower_with_log().can_install(term, index) is expected
+
+
+def test_install_keeps_the_log_past_a_matching_index() -> None:
+    follower = _follower_with_log()
+    follower.install(2, 1, 4, 2, _cfg([1, 2, 3], [4]))
+    assert (follower.offset, follower.offset_term) == (4, 2)
+    assert [e.index for e in follower.log] == [5, 6] and follower.last_index() == 6
+    assert (follower.commit, follower.applied) == (4, 4)
+    assert (follower.voters, follower.learners) == ([1, 2, 3], [4])
+    rd = _drain(follower)
+    assert rd.entries == []  # the kept entries are already on disk
+    assert rd.messages == [AppendResponse(2, 2, 1, True, 4)]
+
+
+def test_install_drops_the_whole_log_when_the_terms_differ() -> None:
+    follower = _follower_with_log()
+    follower.install(3, 1, 4, 3, _cfg([1, 2, 3]))  # the leader's entry 4 is of term 3: ours diverged
+    assert (follower.offset, follower.offset_term) == (4, 3)
+    assert follower.log == [] and follower.last_index() == 4 and follower.last_term() == 3
+    assert (follower.commit, follower.applied) == (4, 4)
+    assert (follower.term, follower.vote, follower.leader) == (3, 0, 1)
+    rd = _drain(follower)
+    assert rd.hard_state is not None and rd.hard_state.term == 3  # the new term is made durable
+    assert rd.entries == [] and rd.committed == []
+    assert rd.messages == [AppendResponse(3, 2, 1, True, 4)]
+
+
+def test_install_drops_the_log_when_the_index_is_past_its_end() -> None:
+    follower = _follower_with_log()
+    follower.install(2, 1, 9, 2, _cfg([1, 2, 3]))
+    assert follower.log == [] and (follower.offset, follower.last_index(), follower.commit) == (9, 9, 9)
+
+
+# LogStore.restore
+
+
+def _log_store() -> tuple[MemoryKV, LogStore]:
+    """Entries 1..3 of term 1 and 4..6 of term 2."""
+    kv = MemoryKV(log_store.COLUMN_FAMILIES)
+    store = LogStore(kv)
+    entries = [Entry(1, i, b"x") for i in (1, 2, 3)] + [Entry(2, i, b"y") for i in (4, 5, 6)]
+    store.save(HardState(term=2, vote=1, commit=3), entries)
+    return kv, store
+
+
+@pytest.mark.parametrize(
+    ("index", "term", "kept", "last"),
+    [
+        (4, 2, [5, 6], 6),  # agrees at 4: the suffix survives
+        (3, 1, [4, 5, 6], 6),
+        (4, 3, [], 4),  # disagrees at 4: everything goes
+        (6, 2, [], 6),  # agrees at the last entry: nothing left past it
+        (9, 2, [], 9),  # past the end
+    ],
+)
+def test_log_store_restore(index: int, term: int, kept: list[int], last: int) -> None:
+    kv, store = _log_store()
+    store.restore(index, term)
+    for view in (store, LogStore(kv)):  # the same in memory and after reopening
+        assert (view.compacted_index, view.compacted_term) == (index, term)
+        assert [e.index for e in view.entries()] == kept
+        assert view.last_index == last
+        assert view.term_at(index) is None
+    assert LogStore(kv).hard_state() == HardState(term=2, vote=1, commit=3)
+
+
+def test_log_store_appends_after_a_restore_that_dropped_everything() -> None:
+    kv, store = _log_store()
+    store.restore(4, 3)
+    store.save(None, [Entry(3, 5, b"z")])
+    reopened = LogStore(kv)
+    assert [(e.index, e.term) for e in reopened.entries()] == [(5, 3)]
+    assert reopened.last_index == 5
+
+
+# State machine snapshot export and load
+
+
+def _machine(appends: int = 2, body: bytes = b"hello ") -> tuple[MemoryKV, StateMachine]:
+    """A store with two streams, `appends` records on the first, and a membership entry applied."""
+    kv = MemoryKV(r.COLUMN_FAMILIES)
+    sm = StateMachine(kv)
+    cmds = [
+        CreateStream(COMPAT_BUCKET, "s", "text/plain", False),
+        CreateStream(COMPAT_BUCKET, "t", "text/plain", False),
+    ]
+    cmds += [Append(COMPAT_BUCKET, "s", "text/plain", body + b"%d" % i) for i in range(appends)]
+    entries = [Entry(2, i, encode_envelope(T0 + i, cmd)) for i, cmd in enumerate(cmds, start=1)]
+    entries.append(Entry(2, len(entries) + 1, encode(_cfg([1, 2, 3], [4])), MEMBERSHIP))
+    outcomes = sm.apply(entries[:2]) + sm.apply(entries[2:])
+    assert [o.code for o in outcomes if o is not None] == [Code.CREATED] * 2 + [Code.APPENDED] * appends
+    sm.make_durable()  # leaves the node-local sync marker, which a snapshot must not carry
+    return kv, sm
+
+
+def _read(sm: StateMachine, name: str) -> bytes:
+    meta = sm.lookup(COMPAT_BUCKET, name)
+    assert meta is not None
+    return b"".join(bytes(p) for p in sm.read(meta, 0, 1 << 20).payloads)
+
+
+def test_exported_store_loads_into_an_identical_state_machine() -> None:
+    kv, sm = _machine()
+    copy = MemoryKV(r.COLUMN_FAMILIES)
+    for batch in export(kv):
+        load(copy, batch)
+    twin = StateMachine(copy)
+
+    assert (twin.applied_index, twin.applied_term) == (sm.applied_index, sm.applied_term) == (5, 2)
+    assert applied_point(copy) == (5, 2)
+    assert twin.streams == sm.streams and twin.names == sm.names and twin.next_sid == sm.next_sid
+    assert twin.membership == sm.membership == _cfg([1, 2, 3], [4])
+    assert _read(twin, "s") == _read(sm, "s") == b"hello 0hello 1"
+    assert _read(twin, "t") == b""
+
+    assert kv.get(r.SM_META, r.SYNCED_KEY) is not None and copy.get(r.SM_META, r.SYNCED_KEY) is None
+    expected = dump(kv)
+    expected[r.SM_META] = [(k, v) for k, v in expected[r.SM_META] if k != r.SYNCED_KEY]
+    assert dump(copy) == expected
+
+
+def _pair_bytes(pairs: list[Pair]) -> int:
+    return sum(len(key) + len(value) for _, key, value in pairs)
+
+
+def test_export_batches_stay_near_max_bytes() -> None:
+    kv, _ = _machine(appends=40, body=b"m" * 40)
+    max_bytes = 512
+    batches = list(export(kv, max_bytes))
+    assert len(batches) > 3
+    for batch in batches:
+        assert _pair_bytes(batch[:-1]) < max_bytes  # a batch overshoots by at most its last pair
+    for batch in batches[:-1]:
+        assert _pair_bytes(batch) >= max_bytes // 2  # and is not cut needlessly short
+    flat = [pair for batch in batches for pair in batch]
+    (whole,) = list(export(kv))
+    assert flat == whole  # same pairs, same (column family, key) order
+    assert [(p, k) for p, k, _ in flat] == sorted((p, k) for p, k, _ in flat)
