@@ -144,6 +144,10 @@ class RaftNode:
         self._unsaved = _Unsaved()  # ready to persist, waiting for the sync in flight
         self._syncing: tuple[asyncio.Future[None], _Unsaved] | None = None
         self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
+        self._read_requests: list[asyncio.Future[int]] = []  # asked since the last step: one ReadIndex
+        self._reads: dict[int, list[asyncio.Future[int]]] = {}  # ctx -> the requests it answers
+        self._read_ctx = 0
+        self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._sending: set[int] = set()  # peers a snapshot is streaming to
 
     @property
@@ -207,6 +211,18 @@ class RaftNode:
         self._wake.set()
         await fut
 
+    async def read_barrier(self, timeout: float = 3.0) -> None:
+        """Returns once this node has applied everything committed before the call (ReadIndex)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        self._read_requests.append(fut)
+        self._wake.set()
+        index = await asyncio.wait_for(fut, timeout)
+        if self.core.applied < index:
+            applied: asyncio.Future[None] = loop.create_future()
+            self._applied_waiters.append((index, applied))
+            await asyncio.wait_for(applied, timeout)
+
     async def install_snapshot(self, term: int, leader: int, index: int, snap_term: int) -> bool:
         """Installs the staged snapshot once the driver is between Readys; False if it is stale."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -249,6 +265,8 @@ class RaftNode:
                 fut.set_exception(NotLeader(self.core.leader))
             else:
                 self._waiters[index] = (self.core.term, fut)
+        if self._read_requests:
+            self._ask_read_index()
         while True:
             rd = self.core.ready()
             # A leader's AppendEntries may go out before its own sync (its entries count toward the
@@ -265,10 +283,34 @@ class RaftNode:
                 self._apply(rd.committed)
             for peer in rd.snapshots:
                 self._send_snapshot(peer)
+            for ctx, index in rd.reads:
+                self._answer_reads(ctx, index)
             synced = await self._finish_sync()
             self._start_sync()
             if not rd and not synced:
                 return
+
+    def _ask_read_index(self) -> None:
+        requests, self._read_requests = self._read_requests, []
+        self._read_ctx += 1
+        if self.core.read_index(self._read_ctx):
+            self._reads[self._read_ctx] = requests
+            # Requests whose answer was lost time out; forget them.
+            for ctx in [c for c, futs in self._reads.items() if all(f.done() for f in futs)]:
+                del self._reads[ctx]
+        else:
+            for fut in requests:
+                if not fut.done():
+                    fut.set_exception(NotLeader(0))
+
+    def _answer_reads(self, ctx: int, index: int) -> None:
+        for fut in self._reads.pop(ctx, []):
+            if fut.done():
+                continue
+            if index:
+                fut.set_result(index)
+            else:
+                fut.set_exception(NotLeader(self.core.leader))
 
     async def _install_when_idle(self) -> bool:
         """Installs a staged snapshot once nothing is being persisted; False while it must wait."""
@@ -357,6 +399,12 @@ class RaftNode:
             else:
                 fut.set_exception(ProposalDropped())
         self.core.on_applied(entries[-1].index)
+        if self._applied_waiters:
+            applied = self.core.applied
+            for upto, ready in self._applied_waiters:
+                if upto <= applied and not ready.done():
+                    ready.set_result(None)
+            self._applied_waiters = [(i, w) for i, w in self._applied_waiters if not w.done()]
         if any(e.kind == MEMBERSHIP for e in entries):
             self._membership_changed()
         self._applied_bytes += sum(len(e.data) for e in entries)

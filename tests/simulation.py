@@ -9,7 +9,8 @@ a fourth node joins as a learner, is promoted, and one of the original nodes is 
 
 Checks: one leader per term; every replica applies a prefix of the same log; every acknowledged
 append is in its stream exactly once, in order (clients retry with idempotent producers across
-leader changes and crashes); after healing, the stores of all members are byte-identical.
+leader changes and crashes); a read index is never below an append acknowledged before the read
+was asked (linearizable reads); after healing, the stores of all members are byte-identical.
 """
 
 from __future__ import annotations
@@ -96,6 +97,10 @@ class Simulation:
         self.clients = [Client(c, f"s{c % STREAMS}") for c in range(4)]
         self.network: list[tuple[int, Message | Snapshot]] = []  # (deliver at step, message)
         self.removing = False
+        self.acked_index = 0  # the highest log index of an acknowledged append
+        self.reads: dict[tuple[int, int], int] = {}  # (node, ctx) -> acked_index when asked
+        self.read_ctx = 0
+        self.reads_answered = 0
         self.step_no = 0
         self.cut: set[int] = set()
         self.leaders: dict[int, set[int]] = {}
@@ -170,6 +175,7 @@ class Simulation:
                 node.core.tick()
         self.drive_clients()
         self.change_membership()
+        self.drive_reads()
         for node in self.nodes.values():
             if node.up:
                 self.process(node)
@@ -186,6 +192,11 @@ class Simulation:
             copies = 2 if self.rng.random() < 0.02 else 1  # the network may duplicate
             for _ in range(copies):
                 self.network.append((self.step_no + self.rng.randint(1, 4), msg))
+        for ctx, index in rd.reads:
+            required = self.reads.pop((node.id, ctx), None)
+            if required is not None and index:
+                assert index >= required, f"read index {index} on node {node.id} misses acknowledged {required}"
+                self.reads_answered += 1
         for peer in rd.snapshots:
             index, snap_term = applied_point(node.state_kv)
             pairs = [pair for batch in export(node.state_kv) for pair in batch]
@@ -205,8 +216,17 @@ class Simulation:
                 waiter = node.waiting.pop(entry.index, None)
                 if waiter is not None and waiter[0] == entry.term and outcome is not None:
                     self.acknowledge(self.clients[waiter[1]], waiter[2], outcome.code)
+                    self.acked_index = max(self.acked_index, entry.index)
         if node.core.role is Role.LEADER:
             self.leaders.setdefault(node.core.term, set()).add(node.id)
+
+    def drive_reads(self) -> None:
+        """Now and then a node is asked for a read index (ReadIndex), as a follower's reader would."""
+        if self.rng.random() < 0.1:
+            node = self.nodes[self.rng.choice(list(self.nodes))]
+            self.read_ctx += 1
+            if node.up and node.core.read_index(self.read_ctx):
+                self.reads[(node.id, self.read_ctx)] = self.acked_index
 
     def deliver_snapshot(self, snap: Snapshot, dst: Node | None) -> None:
         """Installs a shipped snapshot as the driver would, or reports the transfer failed."""

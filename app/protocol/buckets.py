@@ -39,6 +39,7 @@ async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
         outcome = await engine.submit(CreateBucket(bucket))
         return Reply(201 if outcome.code is Code.CREATED else 200)
     if call.method in ("GET", "HEAD"):
+        await engine.read_barrier()  # listings reflect every committed create and delete
         return _describe(engine, call, bucket)
     if call.method == "DELETE":
         raise_for(await engine.submit(DeleteBucket(bucket)))

@@ -9,7 +9,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from app.protocol.errors import ProtocolError
+from app.protocol.errors import LeaderOnly, ProtocolError
 from app.protocol.live import Signals
 from app.raft.messages import Membership
 from app.raft_node import NotLeader, ProposalDropped, RaftNode
@@ -65,6 +65,20 @@ class Engine:
         except ProposalDropped:
             raise ProtocolError(503, "retry", "leadership changed; retry the request", {"retry-after": "1"}) from None
 
+    async def read_barrier(self) -> None:
+        """Brings this node's state up to everything committed so far (no-op on a single node)."""
+        if not self.clustered:
+            return
+        try:
+            await self.node.read_barrier()
+        except (NotLeader, TimeoutError):
+            raise ProtocolError(503, "no_leader", "cannot confirm the latest state now", {"retry-after": "1"}) from None
+
+    async def find_latest(self, bucket: str, name: str) -> StreamMeta:
+        """`find`, after a read barrier: for answers about the stream's tail."""
+        await self.read_barrier()
+        return self.find(bucket, name)
+
     def membership(self) -> Membership:
         return self.machine.membership or self.static_membership
 
@@ -92,6 +106,9 @@ class Engine:
         meta = self.machine.lookup(bucket, name)
         if meta is None:
             raise ProtocolError(404, "stream_not_found", "stream not found")
+        if meta.ttl is not None and self.clustered and not self.node.is_leader:
+            # The leader keeps the sliding-TTL clock its expiry sweep goes by: it serves these.
+            raise LeaderOnly()
         if meta.deleted:
             raise ProtocolError(410, "stream_gone", "stream was deleted; forks still reference its data")
         if meta.expired(now_ms(), self.touched(meta.sid)):

@@ -11,6 +11,10 @@ from app.protocol.http import Reply
 _json = msgspec.json.Encoder()
 
 
+class LeaderOnly(Exception):
+    """This request must be served by the leader (the route answers with a redirect to it)."""
+
+
 class ProtocolError(Exception):
     def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)

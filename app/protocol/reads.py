@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.protocol.cursor import next_cursor
 from app.protocol.engine import Engine, now_ms
-from app.protocol.errors import bad_request
+from app.protocol.errors import ProtocolError, bad_request
 from app.protocol.headers import single_query
 from app.protocol.http import Call, Reply
 from app.protocol.offsets import format_offset, parse_offset
@@ -50,9 +50,33 @@ def checked_position(engine: Engine, meta: StreamMeta, offset: str | None) -> in
     return pos
 
 
-def head(engine: Engine, target: StreamTarget) -> Reply:
-    meta = engine.find(target.bucket, target.name)
+async def head(engine: Engine, target: StreamTarget) -> Reply:
+    meta = await engine.find_latest(target.bucket, target.name)
     return Reply(200, metadata_headers(meta))
+
+
+async def _read(engine: Engine, target: StreamTarget, read: ReadRequest) -> tuple[StreamMeta, int, Chunk]:
+    """The first chunk of a read. Data below this node's applied tail is served as it is; an answer
+    that reaches the tail (or finds nothing) is confirmed with a read barrier first."""
+    fresh = read.live is not None or read.offset == "now"
+    if fresh:
+        await engine.read_barrier()
+    try:
+        meta = engine.find(target.bucket, target.name)
+        pos = checked_position(engine, meta, read.offset)
+        chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+        stale = chunk.next_pos >= meta.tail
+    except ProtocolError:
+        if fresh:
+            raise
+        stale = True  # perhaps only not applied here yet
+    if stale and not fresh:
+        await engine.read_barrier()
+        meta = engine.find(target.bucket, target.name)
+        pos = checked_position(engine, meta, read.offset)
+        chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+    engine.renew(meta)
+    return meta, pos, chunk
 
 
 def render_body(meta: StreamMeta, chunk: Chunk) -> bytes:
@@ -62,10 +86,7 @@ def render_body(meta: StreamMeta, chunk: Chunk) -> bytes:
 
 
 async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadRequest) -> Reply:
-    meta = engine.find(target.bucket, target.name)
-    pos = checked_position(engine, meta, read.offset)
-    engine.renew(meta)
-    chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+    meta, pos, chunk = await _read(engine, target, read)
     if read.live == "long-poll" and not chunk.payloads and not meta.closed:
         # Registered before any await, so an append applied meanwhile still wakes us.
         await engine.signals.wait(meta.sid, engine.limits.long_poll_seconds)

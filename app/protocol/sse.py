@@ -53,8 +53,8 @@ def control_event(next_pos: int, cursor: str | None, up_to_date: bool, closed: b
     return b"event: control\ndata:" + _json.encode(control) + b"\n\n"
 
 
-def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventSourceResponse:
-    meta = engine.find(target.bucket, target.name)
+async def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventSourceResponse:
+    meta = await engine.find_latest(target.bucket, target.name)
     pos = checked_position(engine, meta, read.offset)
     engine.renew(meta)
     binary = is_binary(meta.content_type)

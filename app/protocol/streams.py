@@ -19,7 +19,8 @@ async def serve_stream(engine: Engine, call: Call, target: StreamTarget, send: S
         if method == "GET":
             read = reads.parse_read(call)
             if read.live == "sse":
-                await sse.sse(engine, target, read)(call.scope, call.receive, send)
+                response = await sse.sse(engine, target, read)
+                await response(call.scope, call.receive, send)
                 return
             reply = await reads.get(engine, call, target, read)
         else:
@@ -33,7 +34,7 @@ async def _dispatch(engine: Engine, call: Call, target: StreamTarget, method: st
     if method == "POST":
         return await writes.append(engine, call, target)
     if method == "HEAD":
-        return reads.head(engine, target)
+        return await reads.head(engine, target)
     if method == "PUT":
         return await writes.create(engine, call, target)
     if method == "DELETE":

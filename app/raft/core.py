@@ -6,7 +6,13 @@ leader that has not heard from a majority for an election timeout steps down, an
 that heard from a leader within that time ignore vote requests (the leader's lease).
 
 Learners receive the log but neither vote nor count toward commits. Membership entries replace
-the whole configuration when they commit, one node at a time. A follower that needs entries
+the whole configuration when they commit, one node at a time.
+
+Linearizable reads use ReadIndex: the leader notes its commit index and confirms it still leads
+by hearing from a majority in a heartbeat round started no earlier than the request; the reader
+then waits until it has applied that index. A leader whose majority confirmed it within the last
+election timeout (minus a tick of slack for clock drift) answers at once: no follower that heard
+it then will vote for another leader before that lease runs out. A follower that needs entries
 the leader has compacted away gets a snapshot instead: the core names the peer in
 `Ready.snapshots`, the driver streams the state machine's store to it, and the follower's driver
 calls `install` once the store is in place.
@@ -32,6 +38,8 @@ from app.raft.messages import (
     HardState,
     Membership,
     Message,
+    ReadIndex,
+    ReadIndexResponse,
     RequestVote,
     TimeoutNow,
     VoteResponse,
@@ -55,9 +63,10 @@ class Ready:
     messages: list[Message] = field(default_factory=list)  # send only after persisting
     committed: list[Entry] = field(default_factory=list)  # apply in order
     snapshots: list[int] = field(default_factory=list)  # peers to stream a snapshot to
+    reads: list[tuple[int, int]] = field(default_factory=list)  # (ctx, read index; 0 when refused)
 
     def __bool__(self) -> bool:
-        return bool(self.hard_state or self.entries or self.messages or self.committed or self.snapshots)
+        return bool(self.hard_state or self.entries or self.messages or self.committed or self.snapshots or self.reads)
 
 
 class RaftCore:
@@ -110,6 +119,12 @@ class RaftCore:
         self.snapshotting: set[int] = set()  # peers a snapshot is being streamed to
         self._snapshot_requests: list[int] = []
         self.pending_membership = 0  # index of the last membership entry a leader proposed
+        self.clock = 0  # ticks since start: the leader's lease is measured in them
+        self.round = 0  # the leader's heartbeat round
+        self.round_ticks: dict[int, int] = {}  # round -> clock when it began
+        self.acked: dict[int, int] = {}  # voter -> latest round it answered
+        self.pending_reads: list[tuple[int, int, int]] = []  # (round, ctx, requester)
+        self._reads: list[tuple[int, int]] = []
         self.outbox: list[Message] = []
         self._emitted = HardState(self.term, self.vote, self.commit)
 
@@ -138,6 +153,7 @@ class RaftCore:
     # Inputs
 
     def tick(self) -> None:
+        self.clock += 1
         self.elapsed += 1
         if self.role is Role.LEADER:
             if self.transferee:
@@ -153,6 +169,7 @@ class RaftCore:
                 self.active = set()
             if self.elapsed >= self.heartbeat_ticks:
                 self.elapsed = 0
+                self._new_round()
                 self._broadcast_append()
         elif self.elapsed >= self.timeout and self.id in self.voters:
             self.start_election()
@@ -251,6 +268,8 @@ class RaftCore:
                 self.outbox.append(AppendResponse(self.term, self.id, msg.src, False, self.last_index()))
             elif isinstance(msg, RequestVote):
                 self.outbox.append(VoteResponse(self.term, self.id, msg.src, False))
+            elif isinstance(msg, ReadIndex):
+                self.outbox.append(ReadIndexResponse(self.term, self.id, msg.src, msg.ctx, 0))
             return
         if isinstance(msg, RequestVote):
             self._on_request_vote(msg)
@@ -262,6 +281,13 @@ class RaftCore:
             self._on_append_response(msg)
         elif isinstance(msg, TimeoutNow) and self.id in self.voters and self.role is not Role.LEADER:
             self.campaign(transfer=True)
+        elif isinstance(msg, ReadIndex):
+            if self.role is Role.LEADER:
+                self._serve_read(msg.ctx, msg.src)
+            else:
+                self.outbox.append(ReadIndexResponse(self.term, self.id, msg.src, msg.ctx, 0))
+        elif isinstance(msg, ReadIndexResponse):
+            self._reads.append((msg.ctx, msg.index))
 
     def on_persisted(self, index: int, term: int) -> None:
         """The driver synced entries up to `index`; counts toward the leader's own match."""
@@ -272,6 +298,16 @@ class RaftCore:
 
     def on_applied(self, index: int) -> None:
         self.applied = max(self.applied, index)
+
+    def read_index(self, ctx: int) -> bool:
+        """Asks for a read index; it comes back as (ctx, index) in `Ready.reads`. False: no leader."""
+        if self.role is Role.LEADER:
+            self._serve_read(ctx, self.id)
+        elif self.leader:
+            self.outbox.append(ReadIndex(self.term, self.id, self.leader, ctx))
+        else:
+            return False
+        return True
 
     def snapshot_finished(self, peer: int) -> None:
         """The driver's transfer to `peer` ended, installed or not; if the peer still needs
@@ -328,6 +364,7 @@ class RaftCore:
             self.unstable_from = self.last_index() + 1
         rd.messages, self.outbox = self.outbox, []
         rd.snapshots, self._snapshot_requests = self._snapshot_requests, []
+        rd.reads, self._reads = self._reads, []
         upto = min(self.commit, self.stable, self.last_index())
         if upto > self.applied:
             rd.committed = self.slice(self.applied + 1, upto + 1)
@@ -366,6 +403,9 @@ class RaftCore:
     def _become_follower(self, term: int, leader: int) -> None:
         self.transferee = 0
         self.snapshotting, self._snapshot_requests = set(), []
+        for _, ctx, requester in self.pending_reads:
+            self._answer_read(ctx, requester, 0)
+        self.pending_reads = []
         if term != self.term:
             self.term = term
             self.vote = 0
@@ -383,6 +423,8 @@ class RaftCore:
         self.next = {p: self.last_index() + 1 for p in self._peers()}
         self.match = {p: 0 for p in self._peers()}
         self.snapshotting = set()
+        self.acked, self.round_ticks = {}, {}
+        self._new_round()
         # A no-op in the new term lets entries from earlier terms commit. Membership changes wait
         # until it is applied: a configuration change from an earlier term may still be in flight.
         self.propose(b"")
@@ -431,7 +473,7 @@ class RaftCore:
             entries, prev_index, prev_term = msg.entries, msg.prev_index, msg.prev_term
         if self.term_at(prev_index) != prev_term:
             hint = min(prev_index - 1, self.last_index())
-            self.outbox.append(AppendResponse(self.term, self.id, msg.src, False, max(hint, self.offset)))
+            self.outbox.append(AppendResponse(self.term, self.id, msg.src, False, max(hint, self.offset), msg.round))
             return
         for i, entry in enumerate(entries):
             existing = self.term_at(entry.index)
@@ -447,11 +489,15 @@ class RaftCore:
             break
         match = prev_index + len(entries)
         self.commit = max(self.commit, min(msg.commit, match))
-        self.outbox.append(AppendResponse(self.term, self.id, msg.src, True, match))
+        self.outbox.append(AppendResponse(self.term, self.id, msg.src, True, match, msg.round))
 
     def _on_append_response(self, msg: AppendResponse) -> None:
         if self.role is not Role.LEADER or msg.src not in self.next:
             return
+        if msg.round > self.acked.get(msg.src, 0):
+            self.acked[msg.src] = msg.round
+            if self.pending_reads:
+                self._release_reads()
         if msg.success:
             if msg.match_index > self.match[msg.src]:
                 self.match[msg.src] = msg.match_index
@@ -485,11 +531,13 @@ class RaftCore:
             self._snapshot_requests.append(peer)
         if peer in self.snapshotting:
             # A probe keeps its election timer quiet and reports where it stands once installed.
-            self.outbox.append(AppendEntries(self.term, self.id, peer, self.offset, self.offset_term, [], self.commit))
+            probe = AppendEntries(self.term, self.id, peer, self.offset, self.offset_term, [], self.commit, self.round)
+            self.outbox.append(probe)
             return
         prev = nxt - 1
         entries = self.slice(nxt, min(self.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE))
-        self.outbox.append(AppendEntries(self.term, self.id, peer, prev, self.term_at(prev) or 0, entries, self.commit))
+        prev_term = self.term_at(prev) or 0
+        self.outbox.append(AppendEntries(self.term, self.id, peer, prev, prev_term, entries, self.commit, self.round))
         # Optimistic: pipeline the next batch without waiting for this one's answer.
         self.next[peer] = nxt + len(entries)
 
@@ -503,3 +551,51 @@ class RaftCore:
         # Only entries of the current term commit by counting replicas.
         if candidate > self.commit and self.term_at(candidate) == self.term:
             self.commit = candidate
+            if self.pending_reads:
+                self._release_reads()
+
+    # Reads
+
+    def _new_round(self) -> None:
+        self.round += 1
+        self.round_ticks[self.round] = self.clock
+
+    def _confirmed_round(self) -> int:
+        """The latest round a majority of voters (this leader included) has answered."""
+        rounds = [self.acked.get(v, 0) for v in self.voters if v != self.id]
+        if self.id in self.voters:
+            rounds.append(self.round)
+        if len(rounds) < self.quorum():
+            return 0
+        return sorted(rounds, reverse=True)[self.quorum() - 1]
+
+    def _serve_read(self, ctx: int, requester: int) -> None:
+        confirmed = self._confirmed_round()
+        lease = self.clock - self.round_ticks.get(confirmed, -(10**9)) < self.election_ticks - 1
+        if lease and self.term_at(self.commit) == self.term:
+            self._answer_read(ctx, requester, self.commit)
+            return
+        if not self.pending_reads or self.pending_reads[-1][0] != self.round + 1:
+            self._new_round()  # a round that starts after the request
+            self._broadcast_append()
+        self.pending_reads.append((self.round, ctx, requester))
+
+    def _release_reads(self) -> None:
+        if self.term_at(self.commit) != self.term:
+            return  # a new leader knows its commit index once an entry of its term commits
+        confirmed = self._confirmed_round()
+        waiting = []
+        for read in self.pending_reads:
+            if read[0] <= confirmed:
+                self._answer_read(read[1], read[2], self.commit)
+            else:
+                waiting.append(read)
+        self.pending_reads = waiting
+        for old in [r for r in self.round_ticks if r < confirmed]:
+            del self.round_ticks[old]
+
+    def _answer_read(self, ctx: int, requester: int, index: int) -> None:
+        if requester == self.id:
+            self._reads.append((ctx, index))
+        else:
+            self.outbox.append(ReadIndexResponse(self.term, self.id, requester, ctx, index))

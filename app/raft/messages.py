@@ -57,6 +57,7 @@ class AppendEntries(msgspec.Struct, tag=True, array_like=True):
     prev_term: int
     entries: list[Entry]
     commit: int
+    round: int = 0  # the leader's heartbeat round, echoed back: it confirms leadership for reads
 
 
 class AppendResponse(msgspec.Struct, tag=True, array_like=True):
@@ -65,6 +66,7 @@ class AppendResponse(msgspec.Struct, tag=True, array_like=True):
     dst: int
     success: bool
     match_index: int  # on success: last index the follower holds; on reject: a hint to back off to
+    round: int = 0
 
 
 class TimeoutNow(msgspec.Struct, tag=True, array_like=True):
@@ -75,7 +77,24 @@ class TimeoutNow(msgspec.Struct, tag=True, array_like=True):
     dst: int
 
 
-Message = RequestVote | VoteResponse | AppendEntries | AppendResponse | TimeoutNow
+class ReadIndex(msgspec.Struct, tag=True, array_like=True):
+    """From a follower: what must I have applied to answer a read linearizably?"""
+
+    term: int
+    src: int
+    dst: int
+    ctx: int
+
+
+class ReadIndexResponse(msgspec.Struct, tag=True, array_like=True):
+    term: int
+    src: int
+    dst: int
+    ctx: int
+    index: int  # 0: refused (no longer the leader)
+
+
+Message = RequestVote | VoteResponse | AppendEntries | AppendResponse | TimeoutNow | ReadIndex | ReadIndexResponse
 
 _encoder = msgspec.msgpack.Encoder()
 _message_decoder = msgspec.msgpack.Decoder(Message)

@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from app.protocol.buckets import serve_bucket
-from app.protocol.errors import ProtocolError, error_body, error_reply, render_error
+from app.protocol.errors import LeaderOnly, ProtocolError, error_body, error_reply, render_error
 from app.protocol.http import Call, Reply, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
 from app.routes import compat, ds, legacy
@@ -61,9 +61,8 @@ class StreamRoutes:
         call = Call.from_scope(scope, receive)
         engine = self.fallback.state.engine
         path = call.path
-        if engine.clustered and not engine.node.is_leader and call.method != "OPTIONS":
-            # Until followers serve reads with ReadIndex, the leader answers everything, so every
-            # answer is linearizable; a client following redirects never needs to know who leads.
+        if engine.clustered and call.method in _WRITES and not engine.node.is_leader:
+            # Writes go to the leader; reads are served here (tail answers after a ReadIndex barrier).
             leader = engine.leader_url()
             if leader is not None and engine.forward_writes and call.method in _WRITES:
                 reply = await self.forwarder.forward(call, leader, engine.limits.max_body_bytes)
@@ -83,4 +82,7 @@ class StreamRoutes:
         except ProtocolError as exc:
             await send_reply(send, render_error(exc), head_only=call.method == "HEAD")
             return
-        await serve_stream(engine, call, target, send)
+        try:
+            await serve_stream(engine, call, target, send)
+        except LeaderOnly:
+            await send_reply(send, _to_leader(engine.leader_url(), scope), head_only=call.method == "HEAD")

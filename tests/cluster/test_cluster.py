@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
 import subprocess
@@ -19,7 +20,6 @@ from app.state_machine import records
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
 from app.storage.rocks import RocksKV
 from tests.server import RillCluster
-
 
 # Compacting often makes restarted and frozen nodes catch up from snapshots, not just the log.
 COMPACTING = {"RILL_RAFT_COMPACT_ENTRIES": "100", "RILL_RAFT_COMPACT_KEEP": "10"}
@@ -198,3 +198,28 @@ def test_chaos_kills_and_pauses_lose_no_acknowledged_write(cluster: RillCluster)
     for node in cluster.nodes.values():
         # Every acknowledged append once, in order; the writer stops only between acknowledgements.
         assert _stream_bytes(node.data_dir, "chaos") == expected
+
+
+def test_followers_serve_reads_that_see_every_acknowledged_write(cluster: RillCluster) -> None:
+    leader = cluster.wait_for_leader()
+    followers = [cluster.nodes[i].url for i in cluster.nodes if i != leader]
+    base = cluster.nodes[leader].url
+    with httpx.Client(timeout=10) as client:
+        assert client.put(base + "/v1/stream/rr", headers={"content-type": "text/plain"}).status_code == 201
+        for i in range(30):
+            r = client.post(base + "/v1/stream/rr", headers={"content-type": "text/plain"}, content=b"%d," % i)
+            assert r.status_code == 204
+            tail = r.headers["stream-next-offset"]
+            follower = followers[i % 2]
+            # Served by the follower itself (no redirect), yet never behind an acknowledged write.
+            head = client.head(follower + "/v1/stream/rr")
+            assert head.status_code == 200 and head.headers["stream-next-offset"] == tail
+            read = client.get(follower + "/v1/stream/rr?offset=-1")
+            assert read.status_code == 200 and read.headers["stream-up-to-date"] == "true"
+            assert read.content == b"".join(b"%d," % j for j in range(i + 1))
+        # A long-poll on a follower wakes when the leader commits an append.
+        with httpx.Client(timeout=10) as poller, concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(poller.get, f"{followers[0]}/v1/stream/rr?offset={tail}&live=long-poll")
+            time.sleep(0.3)
+            client.post(base + "/v1/stream/rr", headers={"content-type": "text/plain"}, content=b"late")
+            assert waiting.result().content == b"late"

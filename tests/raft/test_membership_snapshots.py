@@ -435,7 +435,7 @@ def test_installed_follower_accepts_a_probe_from_below_its_snapshot() -> None:
     _drain(follower)
     assert probe.prev_index == 3 < follower.offset
     follower.step(probe)
-    assert _drain(follower).messages == [AppendResponse(leader.term, 3, 1, True, 5)]
+    assert _drain(follower).messages == [AppendResponse(leader.term, 3, 1, True, 5, probe.round)]
 
 
 def test_removing_a_snapshotting_node_forgets_its_transfer() -> None:
