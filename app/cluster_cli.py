@@ -83,13 +83,17 @@ def up(args: argparse.Namespace) -> None:
         cmd += ["--data-dir", str(args.data_dir / f"node-{n}"), "--node-id", str(n), "--peers", peers]
         cmd += ["--cluster-secret", secret] + (["--forward-writes"] if args.forward_writes else [])
         processes.append(subprocess.Popen(cmd))
+    # Blocked once the nodes are started (they must not inherit a mask blocking their own SIGTERM);
+    # a stop signal from now on waits for sigwait below instead of killing this process alone.
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     console = Console()
     try:
         _wait_for_leader(list(urls.values()))
         print_status(list(urls.values()), console)
         console.print(f"cluster secret (give it to nodes you add): {secret}")
         console.print("Ctrl-C stops the cluster.")
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait(stop)
     except KeyboardInterrupt:
         pass
     finally:

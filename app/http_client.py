@@ -29,6 +29,7 @@ class Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self._transport: asyncio.Transport | None = None
         self.head = b""  # the last response's status line and headers, lower-cased
+        self.raw_head = b""  # the same, as sent
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -41,7 +42,8 @@ class Connection(asyncio.Protocol):
         end = self._buf.find(b"\r\n\r\n")
         if end < 0:
             return
-        head = bytes(self._buf[:end]).lower()
+        raw_head = bytes(self._buf[:end])
+        head = raw_head.lower()
         if b"\r\ntransfer-encoding: chunked" in head:
             parsed = _dechunk(self._buf, end + 4)
             if parsed is None:
@@ -54,7 +56,7 @@ class Connection(asyncio.Protocol):
                 return
             body = bytes(self._buf[end + 4 : total])
         del self._buf[:total]
-        self.head = head
+        self.head, self.raw_head = head, raw_head
         waiter.set_result((int(head[9:12]), body))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -117,6 +119,15 @@ def header(head: bytes, name: bytes) -> bytes | None:
     start = marker + len(name) + 3
     end = head.find(b"\r\n", start)
     return head[start : end if end >= 0 else len(head)].strip()
+
+
+def parse_headers(raw_head: bytes) -> list[tuple[str, str]]:
+    """(name, value) pairs of a response head, names lower-cased."""
+    pairs = []
+    for line in raw_head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        pairs.append((name.strip().lower().decode("latin-1"), value.strip().decode("latin-1")))
+    return pairs
 
 
 def encode_request(method: str, url: str, headers: dict[str, str], body: bytes = b"") -> bytes:
