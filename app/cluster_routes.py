@@ -16,12 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.protocol.engine import Engine
-from app.protocol.errors import error_body
+from app.protocol.errors import error_reply
+from app.protocol.http import to_response
 from app.raft.messages import Membership
 from app.raft_node import MembershipRefused, NotLeader, ProposalDropped, RaftNode
 from app.raft_transport import AUTH_HEADER, verify
 from app.raft_transport import decode as decode_messages
-from app.routes.forward import leader_target
+from app.routes.forward import leader_redirect
 from app.snapshots import decode_chunk
 
 CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up before promotion
@@ -33,7 +34,7 @@ class NewMember(BaseModel):
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(error_body(code, message), status, {**(headers or {}), "content-type": "application/json"})
+    return to_response(error_reply(status, code, message, headers))
 
 
 def _signed(request: Request, body: bytes) -> bool:
@@ -92,12 +93,7 @@ def _authorized(request: Request) -> bool:
 
 
 def _not_leader(request: Request) -> Response:
-    engine = request.app.state.engine
-    leader = engine.leader_url()
-    if leader is None:
-        return _error(503, "no_leader", "no leader is known yet; retry shortly", {"retry-after": "1"})
-    body = error_body("not_leader", "this node does not lead the cluster; follow the redirect")
-    return Response(body, 307, {"location": leader_target(leader, request.scope), "content-type": "application/json"})
+    return to_response(leader_redirect(request.app.state.engine.leader_url(), request.scope))
 
 
 async def _change(node: RaftNode, new: Membership) -> Response | None:

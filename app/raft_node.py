@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from app.raft.core import RaftCore, Ready, Role
 from app.raft.log_store import LogStore
-from app.raft.messages import MEMBERSHIP, AppendEntries, Entry, HardState, Membership, Message, encode
+from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
 
 log = logging.getLogger("rill.raft")
 
@@ -386,6 +386,7 @@ class RaftNode:
             await self._send(messages)
 
     def _apply(self, entries: list[Entry]) -> None:
+        membership = self.machine.membership
         results = self.machine.apply(entries)
         for entry, result in zip(entries, results, strict=True):
             waiter = self._waiters.pop(entry.index, None)
@@ -405,7 +406,7 @@ class RaftNode:
                 if upto <= applied and not ready.done():
                     ready.set_result(None)
             self._applied_waiters = [(i, w) for i, w in self._applied_waiters if not w.done()]
-        if any(e.kind == MEMBERSHIP for e in entries):
+        if self.machine.membership is not membership:
             self._membership_changed()
         self._applied_bytes += sum(len(e.data) for e in entries)
         due = self.core.applied - self._last_compacted >= self._compact_entries or self._applied_bytes >= COMPACT_BYTES

@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app import cluster_routes
 from app.config import Settings
 from app.protocol.engine import Engine, Limits
-from app.protocol.errors import error_body
-from app.protocol.http import with_security_headers
+from app.protocol.errors import error_reply
+from app.protocol.http import to_response, with_security_headers
 from app.protocol.live import Signals
 from app.raft import log_store
 from app.raft.log_store import LogStore
@@ -85,7 +85,7 @@ async def openapi(request: Request) -> Response:
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(error_body(code, message), status, {**(headers or {}), "content-type": "application/json"})
+    return to_response(error_reply(status, code, message, headers))
 
 
 async def not_found(request: Request, exc: Exception) -> Response:

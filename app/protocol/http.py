@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote
 
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 # Browser security headers the protocol recommends on every response.
@@ -55,6 +56,11 @@ class Reply:
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+
+
+def to_response(reply: Reply) -> Response:
+    """A Reply for handlers that run inside Starlette's router."""
+    return Response(reply.body, reply.status, reply.headers)
 
 
 def with_security_headers(send: Send) -> Send:

@@ -14,23 +14,16 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from app.protocol.buckets import serve_bucket
-from app.protocol.errors import LeaderOnly, ProtocolError, error_body, error_reply, render_error
-from app.protocol.http import Call, Reply, send_reply, with_security_headers
+from app.protocol.errors import LeaderOnly, ProtocolError, error_reply, render_error
+from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
 from app.routes import compat, ds, legacy
-from app.routes.forward import Forwarder, leader_target
+from app.routes.forward import Forwarder, leader_redirect
 
 log = logging.getLogger("rill.http")
 
 
 _WRITES = ("PUT", "POST", "DELETE")
-
-
-def _to_leader(leader: str | None, scope: Scope) -> Reply:
-    if leader is None:
-        return error_reply(503, "no_leader", "no leader is known yet; retry shortly", {"retry-after": "1"})
-    body = error_body("not_leader", "this node does not lead the cluster; follow the redirect")
-    return Reply(307, {"location": leader_target(leader, scope), "content-type": "application/json"}, body)
 
 
 _BUILTIN = (compat.family, legacy.family)
@@ -67,7 +60,7 @@ class StreamRoutes:
             if leader is not None and engine.forward_writes and call.method in _WRITES:
                 reply = await self.forwarder.forward(call, leader, engine.limits.max_body_bytes)
             else:
-                reply = _to_leader(leader, scope)
+                reply = leader_redirect(leader, scope)
             await send_reply(send, reply, head_only=call.method == "HEAD")
             return
         try:
@@ -85,4 +78,4 @@ class StreamRoutes:
         try:
             await serve_stream(engine, call, target, send)
         except LeaderOnly:
-            await send_reply(send, _to_leader(engine.leader_url(), scope), head_only=call.method == "HEAD")
+            await send_reply(send, leader_redirect(engine.leader_url(), scope), head_only=call.method == "HEAD")

@@ -15,7 +15,7 @@ from starlette.types import Scope
 
 from app.http_client import Connection, connect, encode_request, parse_headers
 from app.protocol.bodies import read_body
-from app.protocol.errors import error_reply
+from app.protocol.errors import error_body, error_reply
 from app.protocol.http import Call, Reply
 
 # Set per hop, or by send_reply for every response: never copied across.
@@ -65,6 +65,14 @@ class Forwarder:
             for _, conn in idle:
                 conn.close()
         self._idle.clear()
+
+
+def leader_redirect(leader: str | None, scope: Scope) -> Reply:
+    """307 to the same request on the leader, or 503 while no leader is known."""
+    if leader is None:
+        return error_reply(503, "no_leader", "no leader is known yet; retry shortly", {"retry-after": "1"})
+    body = error_body("not_leader", "this node does not lead the cluster; follow the redirect")
+    return Reply(307, {"location": leader_target(leader, scope), "content-type": "application/json"}, body)
 
 
 def leader_target(leader: str, scope: Scope) -> str:

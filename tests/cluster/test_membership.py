@@ -30,6 +30,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+def _create(client: httpx.Client, url: str) -> None:
+    for name in STREAMS:
+        assert client.put(f"{url}/v1/stream/{name}", headers={"content-type": "text/plain"}).status_code == 201
+
+
 def _write(client: httpx.Client, url: str, rounds: range) -> None:
     for i in rounds:
         for name in STREAMS:
@@ -45,8 +50,7 @@ def test_a_new_node_catches_up_from_a_snapshot_and_serves_identical_reads(cluste
     leader = cluster.wait_for_leader()
     with httpx.Client(follow_redirects=True, timeout=10) as client:
         base = cluster.nodes[leader].url
-        for name in STREAMS:
-            assert client.put(f"{base}/v1/stream/{name}", headers={"content-type": "text/plain"}).status_code == 201
+        _create(client, base)
         _write(client, base, range(60))
         health = cluster.health(leader)
         assert health is not None and int(health["snapshot_index"]) > 0  # type: ignore[call-overload]
@@ -88,8 +92,7 @@ def test_removing_the_leader_hands_over_and_the_rest_carry_on(cluster: RillClust
     leader = cluster.wait_for_leader()
     with httpx.Client(follow_redirects=True, timeout=10) as client:
         base = cluster.nodes[leader].url
-        for name in STREAMS:
-            assert client.put(f"{base}/v1/stream/{name}", headers={"content-type": "text/plain"}).status_code == 201
+        _create(client, base)
         _write(client, base, range(10))
 
         removed = _cli("remove", "--url", base, "--node-id", str(leader))

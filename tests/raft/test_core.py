@@ -6,18 +6,9 @@ import random
 
 import pytest
 
-from app.raft.core import RaftCore, Ready, Role
+from app.raft.core import RaftCore, Role
 from app.raft.messages import AppendEntries, Entry, HardState, Message
-
-
-def _drain(core: RaftCore) -> Ready:
-    """Runs one Ready as a driver would: persist, then report it."""
-    rd = core.ready()
-    if rd.entries:
-        core.on_persisted(rd.entries[-1].index, rd.entries[-1].term)
-    if rd.committed:
-        core.on_applied(rd.committed[-1].index)
-    return rd
+from tests.raft.helpers import drain
 
 
 def test_single_voter_commits_after_its_own_sync() -> None:
@@ -45,7 +36,7 @@ def test_restart_keeps_term_vote_and_log() -> None:
     core.campaign()
     assert core.term == 2
     assert core.last_index() == 3  # the new term's no-op follows the old log
-    rd = _drain(core)
+    rd = drain(core)
     assert rd.hard_state is not None and rd.hard_state.term == 2
 
 
@@ -86,7 +77,7 @@ class Cluster:
                 continue
             self.cores[msg.dst].step(msg)
         for node_id, core in self.cores.items():
-            rd = _drain(core)
+            rd = drain(core)
             self.inflight += rd.messages
             self.applied[node_id] += rd.committed
             if core.role is Role.LEADER:

@@ -30,6 +30,7 @@ from app.state_machine.commands import Append, Code, CreateStream, encode_envelo
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
 from app.state_machine.snapshot import Pair, applied_point, export, load
 from app.storage.kv import MemoryKV
+from tests.raft.helpers import drain
 from tests.state_machine.helpers import T0, dump
 
 # Helpers
@@ -38,16 +39,6 @@ from tests.state_machine.helpers import T0, dump
 def _cfg(voters: Iterable[int], learners: Iterable[int] = ()) -> Membership:
     """A configuration with a made-up URL per node."""
     return Membership({v: f"http://n{v}" for v in voters}, {n: f"http://n{n}" for n in learners})
-
-
-def _drain(core: RaftCore) -> Ready:
-    """Runs one Ready as a driver would: persist, then report it."""
-    rd = core.ready()
-    if rd.entries:
-        core.on_persisted(rd.entries[-1].index, rd.entries[-1].term)
-    if rd.committed:
-        core.on_applied(rd.committed[-1].index)
-    return rd
 
 
 def _to(rd: Ready, dst: int) -> list[Message]:
@@ -76,9 +67,9 @@ def _ack(leader: RaftCore, src: int, match: int | None = None) -> None:
 def _ready_leader(voters: Iterable[int] = (1, 2, 3), learners: Iterable[int] = (4,)) -> RaftCore:
     """A leader whose no-op node 2 acked, so it is committed and applied: it may change membership."""
     leader = _elect(voters, learners)
-    _drain(leader)
+    drain(leader)
     _ack(leader, 2)
-    assert [e.index for e in _drain(leader).committed] == [1]
+    assert [e.index for e in drain(leader).committed] == [1]
     assert leader.applied == leader.pending_membership == 1
     return leader
 
@@ -87,10 +78,10 @@ def _commit_membership(leader: RaftCore, new: Membership) -> tuple[int, Ready]:
     """Proposes `new`, has node 2 ack it, and drains the Ready that applies it."""
     index = leader.propose_membership(new, encode(new))
     assert index is not None
-    _drain(leader)
+    drain(leader)
     _ack(leader, 2)
     assert leader.commit >= index
-    return index, _drain(leader)
+    return index, drain(leader)
 
 
 # 1. Learners
@@ -99,23 +90,23 @@ def _commit_membership(leader: RaftCore, new: Membership) -> tuple[int, Ready]:
 def test_learner_gets_the_log_but_its_acks_do_not_commit() -> None:
     leader = _elect()
     leader.propose(b"a")
-    rd = _drain(leader)
+    rd = drain(leader)
     assert [e.index for m in _appends(rd, 4) for e in m.entries] == [1, 2]  # replicated to the learner
 
     _ack(leader, 4)
     assert leader.match[4] == 2  # the ack was taken...
     assert leader.commit == 0  # ...but the leader and a learner are not a majority of 3 voters
-    assert _drain(leader).committed == []
+    assert drain(leader).committed == []
 
     _ack(leader, 2)  # one voter's ack is enough, which shows the learner's was what fell short
     assert leader.commit == 2
-    assert [e.data for e in _drain(leader).committed] == [b"", b"a"]
+    assert [e.data for e in drain(leader).committed] == [b"", b"a"]
 
 
 def test_learner_acks_do_not_keep_a_leader_in_power() -> None:
     """Check-quorum counts only voters: a leader that hears from nobody but its learner steps down."""
     leader = _elect()
-    _drain(leader)
+    drain(leader)
     for _ in range(leader.election_ticks):
         _ack(leader, 4)
         leader.tick()
@@ -170,7 +161,7 @@ def test_new_leader_refuses_membership_until_its_no_op_is_applied() -> None:
     assert leader.membership_error(new) is not None
     assert leader.propose_membership(new, encode(new)) is None
 
-    _drain(leader)
+    drain(leader)
     _ack(leader, 2)
     assert leader.commit == 1
     assert leader.membership_error(new) is not None  # committed is not enough
@@ -227,7 +218,7 @@ def test_second_change_waits_until_the_first_is_applied() -> None:
     assert leader.membership_error(second) == "another membership change is still in progress"
     assert leader.propose_membership(second, encode(second)) is None
 
-    _drain(leader)
+    drain(leader)
     _ack(leader, 2)
     rd = leader.ready()  # committed and handed out, not yet applied
     assert [e.index for e in rd.committed] == [2]
@@ -245,19 +236,19 @@ def test_added_learner_takes_effect_on_commit_and_gets_the_log() -> None:
     new = _cfg([1, 2, 3], [4, 5])
     index = leader.propose_membership(new, encode(new))
     assert index is not None
-    rd = _drain(leader)
+    rd = drain(leader)
     assert _to(rd, 5) == []  # not a member yet: nothing is sent to it
     _ack(leader, 2)
     assert leader.commit == index
     assert leader.learners == [4] and 5 not in leader.next  # committed, but not yet handed out
 
-    rd = _drain(leader)
+    rd = drain(leader)
     assert [(e.index, e.kind) for e in rd.committed] == [(index, MEMBERSHIP)]
     assert (leader.voters, leader.learners) == ([1, 2, 3], [4, 5])
     assert (leader.next[5], leader.match[5]) == (index + 1, 0)
 
     leader.tick()  # the heartbeat now reaches the new learner
-    assert len(_appends(_drain(leader), 5)) == 1
+    assert len(_appends(drain(leader), 5)) == 1
 
 
 def test_follower_adopts_a_membership_entry_only_when_it_commits() -> None:
@@ -265,13 +256,13 @@ def test_follower_adopts_a_membership_entry_only_when_it_commits() -> None:
     new = _cfg([1, 2, 3], [4, 5])
     entries = [Entry(1, 1, b""), Entry(1, 2, encode(new), MEMBERSHIP)]
     follower.step(AppendEntries(1, 1, 2, 0, 0, entries, 1))
-    assert _drain(follower).committed == []  # nothing is applied before it is persisted
-    rd = _drain(follower)
+    assert drain(follower).committed == []  # nothing is applied before it is persisted
+    rd = drain(follower)
     assert [e.index for e in rd.committed] == [1]
     assert follower.learners == [4]  # in the log, not committed: no effect
 
     follower.step(AppendEntries(1, 1, 2, 2, 1, [], 2))
-    rd = _drain(follower)
+    rd = drain(follower)
     assert [e.index for e in rd.committed] == [2]
     assert follower.learners == [4, 5]
 
@@ -281,7 +272,7 @@ def test_promoted_learner_counts_toward_commit() -> None:
     _commit_membership(leader, _cfg([1, 2, 3, 4]))
     assert leader.voters == [1, 2, 3, 4] and leader.learners == []
     index = leader.propose(b"x")
-    _drain(leader)
+    drain(leader)
     _ack(leader, 2)
     assert leader.commit < index  # 2 of 4 voters is no longer a majority
     _ack(leader, 4)
@@ -290,13 +281,13 @@ def test_promoted_learner_counts_toward_commit() -> None:
 
 def test_removed_node_loses_its_progress_and_its_heartbeats() -> None:
     leader = _ready_leader()
-    _drain(leader)
+    drain(leader)
     assert 3 in leader.next
     _commit_membership(leader, _cfg([1, 2], [4]))
     assert leader.voters == [1, 2]
     assert 3 not in leader.next and 3 not in leader.match
     leader.tick()
-    rd = _drain(leader)
+    rd = drain(leader)
     assert _to(rd, 3) == [] and len(_appends(rd, 2)) == 1
 
 
@@ -309,7 +300,7 @@ def test_leader_that_removes_itself_steps_down_and_stays_quiet() -> None:
     for _ in range(5 * leader.election_ticks):  # no longer a voter: no campaigns
         leader.tick()
     assert leader.role is Role.FOLLOWER
-    assert not [m for m in _drain(leader).messages if not isinstance(m, AppendEntries)]
+    assert not [m for m in drain(leader).messages if not isinstance(m, AppendEntries)]
 
 
 # 4. Snapshots from the leader's side and the follower's
@@ -321,10 +312,10 @@ def _leader_with_a_lagging_follower() -> tuple[RaftCore, RaftCore]:
     leader = _elect(learners=())
     for data in (b"a", b"b", b"c", b"d"):
         leader.propose(data)
-    rd = _drain(leader)
+    rd = drain(leader)
     assert _appends(rd, 3)  # dropped: node 3 is down
     _ack(leader, 2)
-    assert [e.index for e in _drain(leader).committed] == [1, 2, 3, 4, 5]
+    assert [e.index for e in drain(leader).committed] == [1, 2, 3, 4, 5]
     leader.compact(3)
     assert (leader.offset, leader.offset_term, leader.last_index()) == (3, 1, 5)
     return leader, RaftCore(3, [1, 2, 3], HardState(), [])
@@ -333,14 +324,14 @@ def _leader_with_a_lagging_follower() -> tuple[RaftCore, RaftCore]:
 def _request_snapshot(leader: RaftCore, follower: RaftCore) -> Ready:
     """A heartbeat reaches the follower, which rejects it; the leader backs off below its offset."""
     leader.tick()
-    (heartbeat,) = _appends(_drain(leader), 3)
+    (heartbeat,) = _appends(drain(leader), 3)
     assert heartbeat.prev_index == 5  # pipelining had already moved next[3] past the offset
     follower.step(heartbeat)
-    (reject,) = _drain(follower).messages
+    (reject,) = drain(follower).messages
     assert isinstance(reject, AppendResponse) and not reject.success
     leader.step(reject)
     assert leader.next[3] <= leader.offset
-    return _drain(leader)
+    return drain(leader)
 
 
 def _assert_only_probes(leader: RaftCore, rd: Ready) -> list[AppendEntries]:
@@ -359,12 +350,12 @@ def test_lagging_follower_is_listed_for_a_snapshot_once_and_probed_meanwhile() -
 
     for _ in range(3):  # heartbeats during the transfer: probes only, no second request
         leader.tick()
-        rd = _drain(leader)
+        rd = drain(leader)
         assert rd.snapshots == []
         _assert_only_probes(leader, rd)
 
     index = leader.propose(b"e")  # new entries go to node 2, never to the snapshotting node
-    rd = _drain(leader)
+    rd = drain(leader)
     assert rd.snapshots == []
     assert [e.index for m in _appends(rd, 2) for e in m.entries] == [index]
     _assert_only_probes(leader, rd)
@@ -375,11 +366,11 @@ def test_rejections_are_ignored_while_a_snapshot_is_in_flight() -> None:
     rd = _request_snapshot(leader, follower)
     (probe,) = _appends(rd, 3)
     follower.step(probe)  # it still lacks the offset entry, so it rejects the probe
-    (reject,) = _drain(follower).messages
+    (reject,) = drain(follower).messages
     assert isinstance(reject, AppendResponse) and not reject.success
     next_before = leader.next[3]
     leader.step(reject)
-    rd = _drain(leader)
+    rd = drain(leader)
     assert _to(rd, 3) == [] and rd.snapshots == []  # no back-off answer, no new request
     assert leader.next[3] == next_before and 3 in leader.snapshotting
 
@@ -390,18 +381,18 @@ def test_finished_transfer_lets_the_next_heartbeat_ask_again() -> None:
     leader.snapshot_finished(3)  # e.g. the transfer failed: the follower still needs one
     assert 3 not in leader.snapshotting
     leader.tick()
-    rd = _drain(leader)
+    rd = drain(leader)
     assert rd.snapshots == [3]
     _assert_only_probes(leader, rd)
     leader.tick()
-    assert _drain(leader).snapshots == []  # once per transfer again
+    assert drain(leader).snapshots == []  # once per transfer again
 
 
 def test_installed_snapshot_puts_the_follower_back_on_the_log() -> None:
     leader, follower = _leader_with_a_lagging_follower()
     _request_snapshot(leader, follower)
     new_index = leader.propose(b"e")  # arrives while the snapshot is streaming
-    _drain(leader)
+    drain(leader)
 
     # The driver streamed the leader's store at its applied index, 5, which is past the offset 3.
     assert follower.can_install(leader.term, 5)
@@ -409,20 +400,20 @@ def test_installed_snapshot_puts_the_follower_back_on_the_log() -> None:
     assert (follower.offset, follower.offset_term, follower.last_index()) == (5, 1, 5)
     assert (follower.commit, follower.applied, follower.log) == (5, 5, [])
     assert follower.leader == 1 and follower.role is Role.FOLLOWER
-    rd = _drain(follower)
+    rd = drain(follower)
     assert rd.messages == [AppendResponse(leader.term, 3, 1, True, 5)]
     assert rd.committed == []  # the snapshot already holds entries up to 5
 
     leader.step(rd.messages[0])
     assert (leader.match[3], leader.next[3]) == (5, new_index + 1)
     assert 3 not in leader.snapshotting
-    rd = _drain(leader)
+    rd = drain(leader)
     assert rd.snapshots == []
     (append,) = _appends(rd, 3)
     assert append.prev_index == 5 and [e.index for e in append.entries] == [new_index]
 
     follower.step(append)
-    (reply,) = _drain(follower).messages
+    (reply,) = drain(follower).messages
     assert isinstance(reply, AppendResponse) and reply.success and reply.match_index == new_index
     assert [e.data for e in follower.log] == [b"e"]
 
@@ -432,10 +423,10 @@ def test_installed_follower_accepts_a_probe_from_below_its_snapshot() -> None:
     leader, follower = _leader_with_a_lagging_follower()
     (probe,) = _appends(_request_snapshot(leader, follower), 3)
     follower.install(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
-    _drain(follower)
+    drain(follower)
     assert probe.prev_index == 3 < follower.offset
     follower.step(probe)
-    assert _drain(follower).messages == [AppendResponse(leader.term, 3, 1, True, 5, probe.round)]
+    assert drain(follower).messages == [AppendResponse(leader.term, 3, 1, True, 5, probe.round)]
 
 
 def test_removing_a_snapshotting_node_forgets_its_transfer() -> None:
@@ -450,9 +441,9 @@ def test_removing_a_snapshotting_node_forgets_its_transfer() -> None:
 def test_deposed_leader_does_not_ask_for_a_snapshot() -> None:
     leader, follower = _leader_with_a_lagging_follower()
     leader.tick()
-    (heartbeat,) = _appends(_drain(leader), 3)
+    (heartbeat,) = _appends(drain(leader), 3)
     follower.step(heartbeat)
-    leader.step(_drain(follower).messages[0])  # the rejection queues a snapshot request for node 3
+    leader.step(drain(follower).messages[0])  # the rejection queues a snapshot request for node 3
     leader.step(AppendEntries(leader.term + 1, 2, 1, 5, 1, [], 5))  # before that Ready: node 2 leads term 2
     assert leader.role is Role.FOLLOWER
     assert leader.ready().snapshots == []
@@ -489,7 +480,7 @@ def test_install_keeps_the_log_past_a_matching_index() -> None:
     assert [e.index for e in follower.log] == [5, 6] and follower.last_index() == 6
     assert (follower.commit, follower.applied) == (4, 4)
     assert (follower.voters, follower.learners) == ([1, 2, 3], [4])
-    rd = _drain(follower)
+    rd = drain(follower)
     assert rd.entries == []  # the kept entries are already on disk
     assert rd.messages == [AppendResponse(2, 2, 1, True, 4)]
 
@@ -501,7 +492,7 @@ def test_install_drops_the_whole_log_when_the_terms_differ() -> None:
     assert follower.log == [] and follower.last_index() == 4 and follower.last_term() == 3
     assert (follower.commit, follower.applied) == (4, 4)
     assert (follower.term, follower.vote, follower.leader) == (3, 0, 1)
-    rd = _drain(follower)
+    rd = drain(follower)
     assert rd.hard_state is not None and rd.hard_state.term == 3  # the new term is made durable
     assert rd.entries == [] and rd.committed == []
     assert rd.messages == [AppendResponse(3, 2, 1, True, 4)]
