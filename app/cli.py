@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument(
         "--join", action="store_true", default=None, help="start outside --peers and wait for `rill cluster add`"
     )
+    serve.add_argument("--cold-store", help="s3://bucket/prefix or file:///dir (default: file store in data/cold)")
+    serve.add_argument("--s3-endpoint-url", help="S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO")
+    serve.add_argument("--segment-max-bytes", type=int, help="seal a segment at this size (default 8 MiB)")
+    serve.add_argument("--segment-max-age", type=float, help="seal a segment this many seconds after its first byte")
+    serve.add_argument("--local-disk-budget", type=int, help="bytes of tiered data kept on local disk")
+    serve.add_argument("--hot-backlog-budget", type=int, help="untiered bytes past which appends answer 503")
     bench_cli.add_parser(sub)
     cluster_cli.add_parser(sub)
     args = parser.parse_args(argv)
@@ -57,6 +63,12 @@ def main(argv: list[str] | None = None) -> None:
             cluster_secret=args.cluster_secret,
             forward_writes=args.forward_writes,
             join=args.join,
+            cold_store=args.cold_store,
+            s3_endpoint_url=args.s3_endpoint_url,
+            segment_max_bytes=args.segment_max_bytes,
+            segment_max_age=args.segment_max_age,
+            local_disk_budget=args.local_disk_budget,
+            hot_backlog_budget=args.hot_backlog_budget,
         )
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         uvicorn.run(

@@ -30,6 +30,16 @@ class Settings(BaseSettings):
     raft_compact_entries: int = Field(20_000, ge=10, description="applied entries between log compactions")
     raft_compact_keep: int = Field(5_000, ge=0, description="entries a cluster keeps behind a compaction")
     access_log: bool = False
+    cold_store: str = Field("", description="s3://bucket/prefix or file:///dir; empty: file store in <data_dir>/cold")
+    s3_endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO, moto); unset: AWS")
+    s3_region: str | None = None
+    s3_path_style: bool | None = Field(None, description="path-style addressing; default: on with an endpoint URL")
+    segment_max_bytes: int = Field(8 << 20, ge=1, description="a segment is sealed at this size")
+    segment_max_age: float = Field(60.0, gt=0, description="seconds after its first byte a segment is sealed")
+    local_disk_budget: int = Field(1 << 30, ge=0, description="bytes of tiered records kept on local disk")
+    hot_backlog_budget: int = Field(2 << 30, ge=1, description="untiered bytes past which appends answer 503")
+    cold_cache_bytes: int = Field(64 << 20, ge=1 << 20, description="segments kept in memory for cold reads")
+    tiering_interval: float = Field(0.5, gt=0, description="seconds between tiering passes")
 
 
 def parse_peers(text: str) -> dict[int, str]:

@@ -35,6 +35,9 @@ from app.snapshots import PATH as SNAPSHOT_PATH
 from app.snapshots import Snapshots, StateStore
 from app.state_machine.machine import StateMachine
 from app.storage.rocks import RocksKV
+from app.tiering.cache import SegmentCache
+from app.tiering.store import StoreOptions, open_store
+from app.tiering.worker import TieringConfig, TieringWorker
 
 log = logging.getLogger("rill.server")
 
@@ -76,6 +79,7 @@ async def healthz(request: Request) -> Response:
             "voters": core.voters,
             "learners": core.learners,
             "peers": {str(node_id): url for node_id, url in engine.peers.items()},
+            "tiering": request.app.state.tiering.status(),
         }
     )
 
@@ -136,8 +140,34 @@ def create_app(settings: Settings) -> ASGIApp:
             sse_max_seconds=settings.sse_max_seconds,
             sse_ping_seconds=settings.sse_ping_seconds,
         )
-        engine = Engine(node, machine, signals, limits, settings.peers, settings.forward_writes)
+        store = open_store(
+            settings.cold_store or str((data_dir / "cold").resolve()),
+            StoreOptions(
+                endpoint_url=settings.s3_endpoint_url, region=settings.s3_region, path_style=settings.s3_path_style
+            ),
+        )
+        engine = Engine(
+            node,
+            machine,
+            signals,
+            limits,
+            settings.peers,
+            settings.forward_writes,
+            cold=SegmentCache(store, settings.cold_cache_bytes),
+            hot_backlog_budget=settings.hot_backlog_budget,
+        )
         app.state.engine = engine
+        tiering = TieringWorker(
+            engine,
+            store,
+            TieringConfig(
+                segment_max_bytes=settings.segment_max_bytes,
+                segment_max_age=settings.segment_max_age,
+                local_disk_budget=settings.local_disk_budget,
+                interval=settings.tiering_interval,
+            ),
+        )
+        app.state.tiering = tiering
 
         def membership_changed(new: Membership) -> None:
             engine.set_membership(new)
@@ -153,10 +183,12 @@ def create_app(settings: Settings) -> ASGIApp:
         gc.freeze()
         gc.set_threshold(20_000, 20, 100)
         sweeper = asyncio.create_task(engine.collect_expired_forever())
+        tierer = asyncio.create_task(tiering.run_forever())
         try:
             yield
         finally:
             sweeper.cancel()
+            tierer.cancel()
             if transport is not None and await node.transfer_leadership():
                 log.info("handed leadership over before shutting down")
             await node.stop()

@@ -7,17 +7,23 @@ import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.protocol.errors import LeaderOnly, ProtocolError
 from app.protocol.live import Signals
 from app.raft.messages import Membership
 from app.raft_node import NotLeader, ProposalDropped, RaftNode
-from app.state_machine.commands import CollectExpired, Command, Outcome, Touch, encode_envelope
+from app.state_machine.commands import Append, CollectExpired, Command, CreateStream, Outcome, Touch, encode_envelope
 from app.state_machine.machine import StateMachine
-from app.state_machine.records import StreamMeta
+from app.state_machine.reader import Chunk, ColdMiss, ColdSource
+from app.state_machine.records import SegmentInfo, StreamMeta
+from app.tiering.store import StoreUnavailable
 
 log = logging.getLogger("rill.engine")
+
+
+class ColdCache(ColdSource, Protocol):
+    async def fetch(self, segment: SegmentInfo) -> None: ...
 
 
 @dataclass
@@ -27,6 +33,10 @@ class Limits:
     long_poll_seconds: float = 20.0
     sse_max_seconds: float = 60.0
     sse_ping_seconds: float = 15.0
+
+
+def _adds_data(command: Command) -> bool:
+    return isinstance(command, Append | CreateStream) and bool(command.body)
 
 
 def now_ms() -> int:
@@ -42,8 +52,12 @@ class Engine:
         limits: Limits,
         peers: dict[int, str] | None = None,
         forward_writes: bool = False,
+        cold: ColdCache | None = None,
+        hot_backlog_budget: int = 2 << 30,
     ) -> None:
         self.node = node
+        self.cold = cold
+        self.hot_backlog_budget = hot_backlog_budget
         # Static configuration until a membership change is applied; then the replicated one.
         self.static_membership = Membership(dict(peers or {node.id: ""}))
         self.peers: dict[int, str] = {}
@@ -58,6 +72,11 @@ class Engine:
         self._background: set[asyncio.Future[None]] = set()
 
     async def submit(self, command: Command) -> Outcome:
+        if self.machine.untiered_bytes > self.hot_backlog_budget and _adds_data(command):
+            raise ProtocolError(
+                503, "cold_tier_backlog", "too much data is waiting for the object store; retry later",
+                {"retry-after": "5"},
+            )  # fmt: skip
         try:
             return await self.node.propose(encode_envelope(now_ms(), command))
         except NotLeader:
@@ -78,6 +97,27 @@ class Engine:
         """`find`, after a read barrier: for answers about the stream's tail."""
         await self.read_barrier()
         return self.find(bucket, name)
+
+    async def read(self, meta: StreamMeta, pos: int) -> Chunk:
+        """The chunk at `pos`, fetching segments that are only in the object store as the read reaches them."""
+        while True:
+            try:
+                return self.machine.read(meta, pos, self.limits.read_chunk_bytes, self.cold)
+            except ColdMiss as miss:
+                if self.cold is None:
+                    raise
+                try:
+                    await self.cold.fetch(miss.segment)
+                except StoreUnavailable as exc:
+                    log.warning("cold read failed: %s", exc)
+                    raise ProtocolError(
+                        503,
+                        "cold_tier_unavailable",
+                        "the object store holding this range is unavailable",
+                        {"retry-after": "2"},
+                    ) from None
+                if self.machine.streams.get(meta.sid) is not meta:
+                    raise ProtocolError(404, "stream_not_found", "stream not found") from None
 
     def membership(self) -> Membership:
         return self.machine.membership or self.static_membership

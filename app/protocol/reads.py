@@ -64,7 +64,7 @@ async def _read(engine: Engine, target: StreamTarget, read: ReadRequest) -> tupl
     try:
         meta = engine.find(target.bucket, target.name)
         pos = checked_position(engine, meta, read.offset)
-        chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+        chunk = await engine.read(meta, pos)
         stale = chunk.next_pos >= meta.tail
     except ProtocolError:
         if fresh:
@@ -74,7 +74,7 @@ async def _read(engine: Engine, target: StreamTarget, read: ReadRequest) -> tupl
         await engine.read_barrier()
         meta = engine.find(target.bucket, target.name)
         pos = checked_position(engine, meta, read.offset)
-        chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+        chunk = await engine.read(meta, pos)
     engine.renew(meta)
     return meta, pos, chunk
 
@@ -91,7 +91,7 @@ async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadReques
         # Registered before any await, so an append applied meanwhile still wakes us.
         await engine.signals.wait(meta.sid, engine.limits.long_poll_seconds)
         meta = engine.find(target.bucket, target.name)
-        chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+        chunk = await engine.read(meta, pos)
     at_tail = chunk.next_pos >= meta.tail
     headers = {
         "content-type": meta.content_type,

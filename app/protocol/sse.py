@@ -79,9 +79,9 @@ async def _events(
     while True:
         try:
             meta = engine.find(target.bucket, target.name)
+            chunk = await engine.read(meta, pos)
         except ProtocolError:
             return
-        chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
         at_tail = chunk.next_pos >= meta.tail
         closed = meta.closed and at_tail
         if chunk.payloads:

@@ -72,7 +72,48 @@ class CollectExpired(msgspec.Struct, tag="gc", array_like=True):
     sids: list[int]
 
 
-Command = CreateBucket | DeleteBucket | CreateStream | Append | DeleteStream | Touch | CollectExpired
+class TierSegment(msgspec.Struct, tag="ts", array_like=True):
+    """Records that positions [lo, hi) of stream `sid` are in the object store, uploaded and verified.
+
+    Ignored unless the stream still exists and its tiering has reached exactly `lo`.
+    """
+
+    sid: int
+    lo: int
+    hi: int
+    key: str
+    size: int
+    sha256: str
+    min_time: int
+    max_time: int
+    starts: bytes
+
+
+class Evict(msgspec.Struct, tag="ev", array_like=True):
+    """Drops the local copy of stream `sid`'s tiered records below `upto` (a segment end)."""
+
+    sid: int
+    upto: int
+
+
+class ForgetObjects(msgspec.Struct, tag="fo", array_like=True):
+    """Takes object keys off the deletion queue once the store has deleted them."""
+
+    keys: list[str]
+
+
+Command = (
+    CreateBucket
+    | DeleteBucket
+    | CreateStream
+    | Append
+    | DeleteStream
+    | Touch
+    | CollectExpired
+    | TierSegment
+    | Evict
+    | ForgetObjects
+)
 
 
 class Envelope(msgspec.Struct, array_like=True):
@@ -103,6 +144,7 @@ class Code(Enum):
     BUCKET_NOT_FOUND = "bucket_not_found"
     BUCKET_NOT_EMPTY = "bucket_not_empty"
     GONE = "gone"
+    STALE = "stale"
     CONFIG_MISMATCH = "config_mismatch"
     CONTENT_TYPE_MISMATCH = "content_type_mismatch"
     STREAM_CLOSED = "stream_closed"

@@ -22,14 +22,23 @@ from app.state_machine.commands import (
     CreateStream,
     DeleteBucket,
     DeleteStream,
+    Evict,
+    ForgetObjects,
     Outcome,
     Producer,
+    TierSegment,
     Touch,
     decode_envelope,
 )
 from app.state_machine.producers import Verdict, expected_seq, judge
 from app.state_machine.reader import StreamReader, media_type
 from app.storage.kv import KV, Batch
+
+
+def manifest_of(segment_key: str) -> str:
+    """The manifest beside a segment: `{dir}/segments/{range}.parquet` -> `{dir}/manifest.json`."""
+    return segment_key.rsplit("/segments/", 1)[0] + "/manifest.json"
+
 
 # Buckets that always exist: the legacy and compat route families live here.
 # Their names contain a dot, which user bucket names cannot.
@@ -51,6 +60,9 @@ class StateMachine(StreamReader):
             CreateBucket: self._create_bucket,
             DeleteBucket: self._delete_bucket,
             CollectExpired: self._collect,
+            TierSegment: self._tier_segment,
+            Evict: self._evict,
+            ForgetObjects: self._forget_objects,
         }
         self._batch = Batch()
         self._dirty: set[int] = set()
@@ -66,10 +78,16 @@ class StateMachine(StreamReader):
         self.buckets: dict[str, int] = {b: 0 for b in BUILTIN_BUCKETS}
         for key, value in kv.scan(r.BUCKETS, b""):
             self.buckets[key.decode()] = r.U64.unpack(value)[0]
+        # Bytes of own records not yet in the object store, and still on local disk.
+        self.untiered_bytes = self.local_bytes = 0
         for _, value in kv.scan(r.STREAMS, b""):
             meta = r.decode_meta(value)
+            if meta.tiered < meta.fork_pos:  # written before the cold tier existed
+                meta.tiered = meta.evicted = meta.fork_pos
             self.streams[meta.sid] = meta
             self.names[(meta.bucket, meta.name)] = meta.sid
+            self.untiered_bytes += meta.tail - meta.tiered
+            self.local_bytes += meta.tail - meta.evicted
 
     def reload(self, kv: KV) -> None:
         """Starts over from another store: a snapshot installed from the leader."""
@@ -213,6 +231,8 @@ class StateMachine(StreamReader):
             fork_pos=fork_pos,
             fork_offset=fork_offset,
             fork_sub=cmd.fork_sub,
+            tiered=fork_pos,
+            evicted=fork_pos,
         )
         self.streams[sid] = meta
         self.names[(cmd.bucket, cmd.stream)] = sid
@@ -259,7 +279,8 @@ class StateMachine(StreamReader):
                 if meta.stream_seq is not None and cmd.stream_seq <= meta.stream_seq:
                     return self._stream_outcome(Code.SEQ_CONFLICT, meta, "Stream-Seq must increase")
                 meta.stream_seq = cmd.stream_seq
-            self._write_record(meta, cmd.body, now)
+            producer = None if cmd.producer is None else (cmd.producer.id, cmd.producer.epoch, cmd.producer.seq)
+            self._write_record(meta, cmd.body, now, producer)
         if cmd.close:
             meta.closed = True
         meta.touched_at = now
@@ -336,6 +357,11 @@ class StateMachine(StreamReader):
             self._dirty.add(meta.sid)
             return
         sid = meta.sid
+        self.untiered_bytes -= meta.tail - meta.tiered
+        self.local_bytes -= meta.tail - meta.evicted
+        for segment in self.segments(sid, 0, meta.tail):
+            self._enqueue_deletion(segment.key)
+        self._batch.delete_range(r.SEGMENTS, r.sid_key(sid), r.sid_key(sid + 1))
         del self.streams[sid]
         del self.names[(meta.bucket, meta.name)]
         self._dirty.discard(sid)
@@ -351,9 +377,54 @@ class StateMachine(StreamReader):
                 if source.forks == 0 and source.deleted:
                     self._remove(source)
 
-    def _write_record(self, meta: r.StreamMeta, body: bytes, now: int) -> None:
-        self._stage(r.DATA, r.data_key(meta.sid, meta.tail), r.encode_record(now, body))
+    def _write_record(
+        self, meta: r.StreamMeta, body: bytes, now: int, producer: tuple[str, int, int] | None = None
+    ) -> None:
+        self._stage(r.DATA, r.data_key(meta.sid, meta.tail), r.encode_record(now, body, producer))
         meta.tail += len(body)
+        self.untiered_bytes += len(body)
+        self.local_bytes += len(body)
+
+    # Cold tier
+
+    def _tier_segment(self, cmd: TierSegment, now: int) -> Outcome:
+        meta = self.streams.get(cmd.sid)
+        # Stale if the stream is gone or tiering moved on (a retried or superseded proposal).
+        if meta is None or cmd.lo != meta.tiered or not cmd.lo < cmd.hi <= meta.tail or not cmd.starts:
+            return Outcome(Code.STALE)
+        if not self.is_boundary(meta, cmd.hi):
+            return Outcome(Code.STALE)
+        info = r.SegmentInfo(cmd.lo, cmd.hi, cmd.key, cmd.size, cmd.sha256, cmd.min_time, cmd.max_time, cmd.starts)
+        self._stage(r.SEGMENTS, r.data_key(meta.sid, cmd.lo), r.encode(info))
+        # The same key may have been queued for deletion by an earlier stream of the same name.
+        for key in (cmd.key, manifest_of(cmd.key)):
+            self._batch.delete(r.GC_QUEUE, key.encode())
+        meta.tiered = cmd.hi
+        self.untiered_bytes -= cmd.hi - cmd.lo
+        self._dirty.add(meta.sid)
+        return Outcome(Code.OK, sid=meta.sid, next_pos=cmd.hi)
+
+    def _evict(self, cmd: Evict, now: int) -> Outcome:
+        meta = self.streams.get(cmd.sid)
+        if meta is None or not meta.evicted < cmd.upto <= meta.tiered:
+            return Outcome(Code.STALE)
+        segment = self.segment_at(meta.sid, cmd.upto - 1)
+        if segment is None or segment.hi != cmd.upto:
+            return Outcome(Code.STALE)
+        self._batch.delete_range(r.DATA, r.data_key(meta.sid, meta.evicted), r.data_key(meta.sid, cmd.upto))
+        self.local_bytes -= cmd.upto - meta.evicted
+        meta.evicted = cmd.upto
+        self._dirty.add(meta.sid)
+        return Outcome(Code.OK, sid=meta.sid, next_pos=cmd.upto)
+
+    def _forget_objects(self, cmd: ForgetObjects, now: int) -> Outcome:
+        for key in cmd.keys:
+            self._batch.delete(r.GC_QUEUE, key.encode())
+        return Outcome(Code.OK)
+
+    def _enqueue_deletion(self, key: str) -> None:
+        self._batch.put(r.GC_QUEUE, key.encode(), b"")
+        self._batch.put(r.GC_QUEUE, manifest_of(key).encode(), b"")
 
     def _stream_outcome(self, code: Code, meta: r.StreamMeta, message: str = "") -> Outcome:
         return Outcome(code, message, sid=meta.sid, next_pos=meta.tail, closed=meta.closed)

@@ -6,9 +6,11 @@ from its source (recursively), so reading a fork walks the chain.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Protocol
 
 import msgspec
 
@@ -27,6 +29,41 @@ def media_type(content_type: str) -> str:
 def split_json_record(payload: bytes | memoryview) -> list[bytes]:
     """The messages of a JSON record (stored as messages joined by commas)."""
     return [bytes(m) for m in _raw_list.decode(b"[" + bytes(payload) + b"]")]
+
+
+class ColdMiss(Exception):
+    """A read needs a segment that is only in the object store and not in the cache yet."""
+
+    def __init__(self, segment: r.SegmentInfo) -> None:
+        super().__init__(segment.key)
+        self.segment = segment
+
+
+class ColdSource(Protocol):
+    def records(self, segment: r.SegmentInfo, lo: int, hi: int) -> Iterator[tuple[int, memoryview]]:
+        """The segment's records overlapping [lo, hi), the first cut to start at `lo`.
+
+        Raises ColdMiss if the segment has not been fetched.
+        """
+        ...
+
+
+_U32 = struct.Struct(">I")
+
+
+def _is_start(segment: r.SegmentInfo, pos: int) -> bool:
+    rel, starts = pos - segment.lo, segment.starts
+    lo, hi = 0, len(starts) // 4
+    while lo < hi:
+        mid = (lo + hi) // 2
+        value = _U32.unpack_from(starts, mid * 4)[0]
+        if value == rel:
+            return True
+        if value < rel:
+            lo = mid + 1
+        else:
+            hi = mid
+    return False
 
 
 @dataclass
@@ -73,10 +110,33 @@ class StreamReader:
             meta = self.streams[meta.fork_of]
         return meta
 
+    def segment_at(self, sid: int, pos: int) -> r.SegmentInfo | None:
+        """The tiered segment of stream `sid` holding position `pos`."""
+        for segment in self.segments(sid, pos, pos + 1):
+            return segment
+        return None
+
+    def segments(self, sid: int, lo: int, hi: int) -> Iterator[r.SegmentInfo]:
+        """Tiered segments of stream `sid` overlapping positions [lo, hi), in order."""
+        start = r.data_key(sid, lo)
+        first = self.kv.floor(r.SEGMENTS, start)
+        if first is not None and first[0][:8] == start[:8]:
+            start = first[0]
+        found = {k: v for (cf, k), v in self.staged.items() if cf == r.SEGMENTS and start <= k < r.data_key(sid, hi)}
+        found.update(self.kv.scan(r.SEGMENTS, start, r.data_key(sid, hi)))
+        for key in sorted(found):
+            segment = r.decode_segment(found[key])
+            if segment.hi > lo:
+                yield segment
+
     def is_boundary(self, meta: r.StreamMeta, pos: int) -> bool:
         if pos in (0, meta.tail):
             return True
-        return self._record(self._owner(meta, pos).sid, pos) is not None
+        owner = self._owner(meta, pos)
+        if pos < owner.evicted:
+            segment = self.segment_at(owner.sid, pos)
+            return segment is not None and _is_start(segment, pos)
+        return self._record(owner.sid, pos) is not None
 
     def record_prefix(self, meta: r.StreamMeta, pos: int, count: int) -> bytes | None:
         """The first `count` bytes (or JSON messages) of the record at `pos`; None if it is shorter."""
@@ -99,11 +159,14 @@ class StreamReader:
             out.append((meta.sid, max(start, meta.fork_pos), end))
         return out
 
-    def read(self, meta: r.StreamMeta, pos: int, max_bytes: int) -> Chunk:
-        """Records from `pos` up to about `max_bytes` (at least one whole JSON record)."""
+    def read(self, meta: r.StreamMeta, pos: int, max_bytes: int, cold: ColdSource | None = None) -> Chunk:
+        """Records from `pos` up to about `max_bytes` (at least one whole JSON record).
+
+        Evicted ranges come from `cold`, which raises ColdMiss for a segment it has yet to fetch.
+        """
         chunk = Chunk(next_pos=pos)
         for sid, lo, hi in self._ranges(meta, pos, meta.tail):
-            for rec_pos, payload in self._scan(sid, lo, hi, meta.json):
+            for rec_pos, payload in self._pieces(sid, lo, hi, meta.json, cold):
                 room = max_bytes - chunk.size
                 if len(payload) > room and chunk.payloads and meta.json:
                     return chunk
@@ -115,6 +178,20 @@ class StreamReader:
                 if chunk.size >= max_bytes:
                     return chunk
         return chunk
+
+    def _pieces(
+        self, sid: int, lo: int, hi: int, json: bool, cold: ColdSource | None
+    ) -> Iterator[tuple[int, memoryview]]:
+        evicted = self.streams[sid].evicted
+        if lo < evicted:
+            if cold is None:
+                raise LookupError("reading evicted records needs a cold source")
+            cut = min(hi, evicted)
+            for segment in self.segments(sid, lo, cut):
+                yield from cold.records(segment, max(lo, segment.lo), min(cut, segment.hi))
+            lo = cut
+        if lo < hi:
+            yield from self._scan(sid, lo, hi, json)
 
     def _scan(self, sid: int, lo: int, hi: int, json: bool) -> Iterator[tuple[int, memoryview]]:
         first = self.kv.floor(r.DATA, r.data_key(sid, lo))

@@ -13,7 +13,10 @@ STREAMS = "streams"  # sid -> StreamMeta
 DATA = "data"  # sid, position -> record
 PRODUCERS = "producers"  # sid, producer id -> ProducerState
 SM_META = "sm_meta"  # applied index, next sid
-COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META]
+SEGMENTS = "segments"  # sid, first position -> SegmentInfo (tiered to the object store)
+GC_QUEUE = "gc_queue"  # object key -> b"": objects to delete from the object store
+# New families go at the end: a snapshot names a family by its position in this list.
+COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META, SEGMENTS, GC_QUEUE]
 
 APPLIED_KEY = b"applied"  # index and term of the last applied entry
 MEMBERSHIP_KEY = b"membership"  # the last applied Membership, as its entry carried it
@@ -24,10 +27,13 @@ U64 = struct.Struct(">Q")
 _APPLIED = struct.Struct(">QQ")
 _POS = struct.Struct(">QQ")
 
-# A record is a small header (format version, append time) and the payload.
+# A record is a small header (format version, append time) and the payload. Version 2 also
+# carries the producer (epoch, seq, id length, id) that appended it, for the cold tier's rows.
 _RECORD_HEADER = struct.Struct(">BQ")
+_PRODUCER_HEADER = struct.Struct(">QQH")
 RECORD_HEADER_SIZE = _RECORD_HEADER.size
 _RECORD_V1 = 1
+_RECORD_V2 = 2
 
 
 class StreamMeta(msgspec.Struct, array_like=True):
@@ -49,6 +55,8 @@ class StreamMeta(msgspec.Struct, array_like=True):
     fork_sub: int = 0
     forks: int = 0  # live direct forks holding a reference
     deleted: bool = False  # soft-deleted: kept while forks reference it
+    tiered: int = 0  # own records below this are in object-store segments (starts at fork_pos)
+    evicted: int = 0  # own records below this are no longer on local disk (<= tiered)
 
     def expiry(self) -> int | None:
         """The instant (ms) this stream expires, if it can."""
@@ -71,9 +79,27 @@ class ProducerState(msgspec.Struct, array_like=True):
     next_pos: int  # tail after this producer's last accepted append
 
 
+class SegmentInfo(msgspec.Struct, array_like=True, frozen=True):
+    """A sealed segment in the object store: positions [lo, hi) of one stream's own records."""
+
+    lo: int
+    hi: int
+    key: str
+    size: int
+    sha256: str
+    min_time: int
+    max_time: int
+    starts: bytes  # record starts relative to lo, big-endian u32 each: boundaries survive eviction
+
+    @property
+    def records(self) -> int:
+        return len(self.starts) // 4
+
+
 _meta_encoder = msgspec.msgpack.Encoder()
 _meta_decoder = msgspec.msgpack.Decoder(StreamMeta)
 _producer_decoder = msgspec.msgpack.Decoder(ProducerState)
+_segment_decoder = msgspec.msgpack.Decoder(SegmentInfo)
 
 
 def encode(obj: msgspec.Struct) -> bytes:
@@ -86,6 +112,10 @@ def decode_meta(raw: bytes) -> StreamMeta:
 
 def decode_producer(raw: bytes) -> ProducerState:
     return _producer_decoder.decode(raw)
+
+
+def decode_segment(raw: bytes) -> SegmentInfo:
+    return _segment_decoder.decode(raw)
 
 
 def name_key(bucket: str, stream: str) -> bytes:
@@ -113,12 +143,32 @@ def producer_key(sid: int, producer_id: str) -> bytes:
     return U64.pack(sid) + producer_id.encode()
 
 
-def encode_record(now: int, payload: bytes) -> bytes:
-    return _RECORD_HEADER.pack(_RECORD_V1, now) + payload
+def encode_record(now: int, payload: bytes, producer: tuple[str, int, int] | None = None) -> bytes:
+    if producer is None:
+        return _RECORD_HEADER.pack(_RECORD_V1, now) + payload
+    pid = producer[0].encode()
+    return (
+        _RECORD_HEADER.pack(_RECORD_V2, now) + _PRODUCER_HEADER.pack(producer[1], producer[2], len(pid)) + pid + payload
+    )
+
+
+def _payload_start(value: bytes) -> int:
+    if value[0] == _RECORD_V1:
+        return RECORD_HEADER_SIZE
+    return RECORD_HEADER_SIZE + _PRODUCER_HEADER.size + _PRODUCER_HEADER.unpack_from(value, RECORD_HEADER_SIZE)[2]
 
 
 def record_payload(value: bytes) -> memoryview:
-    return memoryview(value)[RECORD_HEADER_SIZE:]
+    return memoryview(value)[_payload_start(value) :]
+
+
+def record_producer(value: bytes) -> tuple[str, int, int] | None:
+    """(id, epoch, seq) of the producer that appended the record, if one did."""
+    if value[0] == _RECORD_V1:
+        return None
+    epoch, seq, length = _PRODUCER_HEADER.unpack_from(value, RECORD_HEADER_SIZE)
+    start = RECORD_HEADER_SIZE + _PRODUCER_HEADER.size
+    return value[start : start + length].decode(), epoch, seq
 
 
 def record_time(value: bytes) -> int:

@@ -1,0 +1,187 @@
+"""Sealed segments: Parquet files of stored records, their object keys, and the per-stream manifest.
+
+One row per stored record, zstd-compressed, row groups of about 1 MiB so a reader can fetch or
+skip them by their statistics. pyarrow, Spark and DuckDB read these files with no Rill code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from app.protocol.offsets import format_offset
+
+FORMAT_VERSION = 1
+ROW_GROUP_BYTES = 1 << 20
+
+SCHEMA = pa.schema(
+    [
+        pa.field("bucket", pa.string(), nullable=False),
+        pa.field("stream", pa.string(), nullable=False),
+        pa.field("offset", pa.string(), nullable=False),
+        pa.field("next_offset", pa.string(), nullable=False),
+        pa.field("append_time", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("content_type", pa.string(), nullable=False),
+        pa.field("producer_id", pa.string()),
+        pa.field("producer_epoch", pa.int64()),
+        pa.field("producer_seq", pa.int64()),
+        pa.field("payload", pa.binary(), nullable=False),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    pos: int
+    time: int  # ms since the epoch
+    payload: bytes
+    producer: tuple[str, int, int] | None = None  # id, epoch, seq
+
+
+def offset_of(token: str) -> int:
+    """The position an offset token stands for (its last 16 digits)."""
+    return int(token[-16:])
+
+
+def stream_dir(bucket: str, stream: str) -> str:
+    """The key prefix of a stream's objects. Names are percent-encoded, so no name can nest in another."""
+    name = quote(stream, safe="-_.~")
+    if set(name) <= {"."}:
+        name = name.replace(".", "%2E")
+    return f"{bucket}/{name}"
+
+
+def segment_key(bucket: str, stream: str, lo: int, hi: int) -> str:
+    return f"{stream_dir(bucket, stream)}/segments/{format_offset(lo)}-{format_offset(hi)}.parquet"
+
+
+def manifest_key(bucket: str, stream: str) -> str:
+    return f"{stream_dir(bucket, stream)}/manifest.json"
+
+
+def parse_key(key: str) -> tuple[str, str, int | None] | None:
+    """(bucket, stream, first position) of a segment key, or (bucket, stream, None) of a manifest key."""
+    if key.endswith("/manifest.json"):
+        directory, lo = key.removesuffix("/manifest.json"), None
+    elif "/segments/" in key:
+        directory, _, name = key.rpartition("/segments/")
+        try:
+            lo = offset_of(name.split("-", 1)[0])
+        except ValueError:
+            return None
+    else:
+        return None
+    bucket, sep, stream = directory.partition("/")
+    return (bucket, unquote(stream), lo) if sep else None
+
+
+def build(bucket: str, stream: str, content_type: str, records: Sequence[Record]) -> bytes:
+    """A Parquet file of consecutive records (the first one's position is where the segment starts)."""
+    if not records:
+        raise ValueError("a segment holds at least one record")
+    sink = io.BytesIO()
+    lo, hi = records[0].pos, records[-1].pos + len(records[-1].payload)
+    metadata = {
+        b"rill.format": str(FORMAT_VERSION).encode(),
+        b"rill.first": str(lo).encode(),
+        b"rill.next": str(hi).encode(),
+    }
+    schema = SCHEMA.with_metadata(metadata)
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+        for group in _row_groups(records):
+            writer.write_table(_table(bucket, stream, content_type, group, schema), row_group_size=len(group))
+    return sink.getvalue()
+
+
+def _row_groups(records: Sequence[Record]) -> list[Sequence[Record]]:
+    groups: list[Sequence[Record]] = []
+    start = size = 0
+    for i, rec in enumerate(records):
+        size += len(rec.payload) + 64
+        if size >= ROW_GROUP_BYTES:
+            groups.append(records[start : i + 1])
+            start, size = i + 1, 0
+    if start < len(records):
+        groups.append(records[start:])
+    return groups
+
+
+def _table(bucket: str, stream: str, content_type: str, records: Sequence[Record], schema: pa.Schema) -> pa.Table:
+    n = len(records)
+    producers = [rec.producer for rec in records]
+    return pa.Table.from_arrays(
+        [
+            pa.array([bucket] * n, pa.string()),
+            pa.array([stream] * n, pa.string()),
+            pa.array([format_offset(rec.pos) for rec in records], pa.string()),
+            pa.array([format_offset(rec.pos + len(rec.payload)) for rec in records], pa.string()),
+            pa.array([rec.time for rec in records], pa.timestamp("ms", tz="UTC")),
+            pa.array([content_type] * n, pa.string()),
+            pa.array([p[0] if p else None for p in producers], pa.string()),
+            pa.array([p[1] if p else None for p in producers], pa.int64()),
+            pa.array([p[2] if p else None for p in producers], pa.int64()),
+            pa.array([rec.payload for rec in records], pa.binary()),
+        ],
+        schema=schema,
+    )
+
+
+@dataclass
+class Loaded:
+    """A segment decoded for serving reads: record starts and payloads, in order."""
+
+    positions: list[int]
+    payloads: list[bytes]
+    size: int
+
+
+def load(data: bytes) -> Loaded:
+    table = pq.read_table(pa.BufferReader(data), columns=["payload"])
+    meta = pq.read_schema(pa.BufferReader(data)).metadata or {}
+    payloads: list[bytes] = table.column("payload").to_pylist()
+    pos = first = int(meta[b"rill.first"])
+    positions = []
+    for payload in payloads:
+        positions.append(pos)
+        pos += len(payload)
+    if pos != int(meta[b"rill.next"]):
+        raise ValueError("segment records do not add up to its range")
+    return Loaded(positions, payloads, pos - first + 64 * len(payloads))
+
+
+@dataclass
+class SegmentEntry:
+    """One segment as the manifest lists it."""
+
+    path: str  # relative to the manifest's directory
+    first_offset: str
+    next_offset: str
+    records: int
+    bytes: int
+    sha256: str
+    min_append_time: int  # ms
+    max_append_time: int
+
+
+@dataclass
+class Manifest:
+    bucket: str
+    stream: str
+    content_type: str
+    segments: list[SegmentEntry] = field(default_factory=list)
+    format: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Manifest:
+        doc = json.loads(raw)
+        segments = [SegmentEntry(**s) for s in doc.pop("segments")]
+        return cls(segments=segments, **doc)
