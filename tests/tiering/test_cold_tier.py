@@ -1,0 +1,257 @@
+"""The cold tier end to end: real `rill serve` processes tiering to moto's S3 server over HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from moto.server import ThreadedMotoServer
+
+from app.tiering.segment import Manifest, manifest_key, offset_of
+from tests.server import RillCluster, RillProcess, free_port
+
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+SMALL_SEGMENTS = ("--segment-max-bytes", "4096", "--segment-max-age", "0.3", "--local-disk-budget", "0")
+BUCKET = "cold"
+OCTET = {"content-type": "application/octet-stream"}
+
+
+class Moto:
+    """moto's S3 server on 127.0.0.1 that a test can stop and start again (objects survive)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self.server: ThreadedMotoServer | None = None
+
+    def start(self) -> Moto:
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def client(self) -> Any:
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            region_name="us-east-1",
+        )
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+    def args(self, bucket: str, prefix: str) -> tuple[str, ...]:
+        return ("--cold-store", f"s3://{bucket}/{prefix}", "--s3-endpoint-url", self.endpoint_url)
+
+
+@pytest.fixture()
+def moto() -> Iterator[Moto]:
+    server = Moto().start()
+    server.client().create_bucket(Bucket=BUCKET)
+    yield server
+    server.stop()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def tiering(url: str) -> dict[str, Any]:
+    return httpx.get(url + "/healthz", timeout=2).json()["tiering"]  # type: ignore[no-any-return]
+
+
+def all_tiered(url: str) -> bool:
+    status = tiering(url)
+    return status["untiered_bytes"] == 0 and status["local_bytes"] == 0
+
+
+def read_all(client: httpx.Client, url: str, offset: str = "-1") -> bytes:
+    """Catch-up reads from `offset` until up to date, concatenated."""
+    out = b""
+    while True:
+        r = client.get(url, params={"offset": offset})
+        assert r.status_code == 200, r.text
+        out += r.content
+        offset = r.headers["stream-next-offset"]
+        if r.headers.get("stream-up-to-date") == "true":
+            return out
+
+
+def read_sse(client: httpx.Client, url: str) -> bytes:
+    """Data events of an SSE read of a byte stream (base64 events) from the start until up to date."""
+    out = b""
+    with client.stream("GET", url, params={"offset": "-1", "live": "sse"}, timeout=30) as r:
+        assert r.status_code == 200
+        event, data = None, []
+        for line in r.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            elif line == "" and event:
+                if event == "data":
+                    out += base64.b64decode("".join(data))
+                elif event == "control" and json.loads("\n".join(data)).get("upToDate"):
+                    return out
+                event, data = None, []
+    return out
+
+
+def write_streams(client: httpx.Client, base: str, rng: random.Random) -> dict[str, bytes]:
+    """A few byte streams (one with a slash in its name) of random appends; returns what each holds."""
+    assert client.put(f"{base}").status_code in (200, 201, 204)
+    written: dict[str, bytes] = {}
+    for name in ("alpha", "nested/beta", "gamma"):
+        assert client.put(f"{base}/{name}", headers=OCTET).status_code == 201
+        data = b""
+        for _ in range(rng.randrange(40, 80)):
+            chunk = rng.randbytes(rng.randrange(1, 400))
+            r = client.post(f"{base}/{name}", content=chunk, headers=OCTET)
+            assert r.status_code in (200, 204), r.text
+            data += chunk
+        written[name] = data
+    return written
+
+
+def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, moto: Moto) -> None:
+    cluster = RillCluster(tmp_path, 3, *moto.args(BUCKET, "c1"), *SMALL_SEGMENTS, env=AWS_ENV).start()
+    rng = random.Random(5)
+    try:
+        leader = cluster.nodes[cluster.wait_for_leader()]
+        with httpx.Client(follow_redirects=True, timeout=10) as client:
+            written = write_streams(client, leader.url + "/ds/tiers", rng)
+            json_url = leader.url + "/ds/tiers/events"
+            assert client.put(json_url, headers={"content-type": "application/json"}).status_code == 201
+            messages = [{"n": i, "pad": "x" * rng.randrange(0, 300)} for i in range(60)]
+            for message in messages:
+                assert client.post(json_url, json=[message]).status_code in (200, 204)
+            for node in cluster.nodes.values():
+                wait_for(lambda node=node: all_tiered(node.url), what=f"tiering seen on {node.url}")
+
+            keys = moto.keys(BUCKET, "c1/tiers/")
+            segments = [k for k in keys if k.endswith(".parquet")]
+            assert len(segments) >= 3 * len(written), "small segments: several per stream"
+            for name, data in written.items():
+                raw = moto.client().get_object(Bucket=BUCKET, Key="c1/" + manifest_key("tiers", name))["Body"].read()
+                manifest = Manifest.from_json(raw)
+                ranges = [(offset_of(s.first_offset), offset_of(s.next_offset)) for s in manifest.segments]
+                assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
+                assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False)), "contiguous"
+
+            for node in cluster.nodes.values():
+                for name, data in written.items():
+                    url = f"{node.url}/ds/tiers/{name}"
+                    assert read_all(client, url) == data
+                    for _ in range(5):
+                        at = rng.randrange(len(data))
+                        assert read_all(client, url, f"0000000000000000_{at:016d}") == data[at:]
+                got = client.get(f"{node.url}/ds/tiers/events", params={"offset": "-1"}).json()
+                assert got == messages
+            follower = next(n for i, n in cluster.nodes.items() if n is not leader)
+            assert read_sse(client, follower.url + "/ds/tiers/alpha") == written["alpha"]
+
+            # A long-poll from a cold offset answers at once with the cold bytes.
+            r = client.get(follower.url + "/ds/tiers/gamma", params={"offset": "-1", "live": "long-poll"})
+            assert r.status_code == 200 and written["gamma"].startswith(r.content) and r.content
+    finally:
+        cluster.stop()
+
+
+def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Path, moto: Moto) -> None:
+    node = RillProcess(
+        tmp_path / "n",
+        None,
+        *moto.args(BUCKET, "outage"),
+        *SMALL_SEGMENTS,
+        "--hot-backlog-budget",
+        "30000",
+        env=AWS_ENV,
+    ).start()
+    rng = random.Random(9)
+    try:
+        with httpx.Client(base_url=node.url, timeout=10) as client:
+            assert client.put("/ds/outage").status_code == 201
+            assert client.put("/ds/outage/s", headers=OCTET).status_code == 201
+            acked = b""
+            for _ in range(20):
+                chunk = rng.randbytes(500)
+                assert client.post("/ds/outage/s", content=chunk, headers=OCTET).status_code == 204
+                acked += chunk
+            wait_for(lambda: all_tiered(node.url), what="tiering before the outage")
+
+            before = len(acked)
+            moto.stop()
+            refused = None
+            for _ in range(400):
+                chunk = rng.randbytes(500)
+                r = client.post("/ds/outage/s", content=chunk, headers=OCTET)
+                if r.status_code == 503:
+                    refused = r
+                    break
+                assert r.status_code == 204, r.text
+                acked += chunk
+            assert refused is not None, "appends kept succeeding past the backlog budget"
+            assert refused.headers["retry-after"] and refused.json()["error"]["code"] == "cold_tier_backlog"
+            assert len(acked) >= 30000
+            wait_for(lambda: tiering(node.url)["available"] is False, what="the worker to notice the outage")
+            # Data still on local disk stays readable; the evicted part waits for the store.
+            assert read_all(client, "/ds/outage/s", f"0000000000000000_{before:016d}") == acked[before:]
+            cold = client.get("/ds/outage/s", params={"offset": "-1"})
+            assert cold.status_code == 503 and cold.headers["retry-after"]
+
+            moto.start()
+            wait_for(lambda: all_tiered(node.url), timeout=60, what="the backlog to drain")
+            assert tiering(node.url)["available"] is True
+            assert client.post("/ds/outage/s", content=b"after", headers=OCTET).status_code == 204
+            acked += b"after"
+            assert read_all(client, "/ds/outage/s") == acked
+    finally:
+        node.stop()
+
+
+def test_deleted_stream_objects_are_removed_but_a_fork_keeps_them(tmp_path: Path, moto: Moto) -> None:
+    node = RillProcess(tmp_path / "n", None, *moto.args(BUCKET, "gc"), *SMALL_SEGMENTS, env=AWS_ENV).start()
+    rng = random.Random(3)
+    try:
+        with httpx.Client(base_url=node.url, timeout=10) as client:
+            written = write_streams(client, "/ds/gcbucket", rng)
+            wait_for(lambda: all_tiered(node.url), what="tiering")
+            assert moto.keys(BUCKET, "gc/gcbucket/alpha/")
+
+            assert client.delete("/ds/gcbucket/alpha").status_code == 204
+            wait_for(lambda: not moto.keys(BUCKET, "gc/gcbucket/alpha/"), what="alpha's objects to go")
+            assert moto.keys(BUCKET, "gc/gcbucket/gamma/"), "other streams keep theirs"
+
+            headers = {**OCTET, "stream-forked-from": "gamma"}
+            assert client.put("/ds/gcbucket/fork", headers=headers).status_code == 201
+            assert client.delete("/ds/gcbucket/gamma").status_code == 204
+            time.sleep(2)  # several tiering passes: nothing of gamma's may go while the fork reads it
+            assert moto.keys(BUCKET, "gc/gcbucket/gamma/segments/")
+            assert read_all(client, "/ds/gcbucket/fork") == written["gamma"]
+
+            assert client.delete("/ds/gcbucket/fork").status_code == 204
+            wait_for(lambda: not moto.keys(BUCKET, "gc/gcbucket/gamma/"), what="gamma's objects after its fork")
+            wait_for(lambda: tiering(node.url)["deletion_queue"] == 0, what="the deletion queue to empty")
+            assert moto.keys(BUCKET, "gc/gcbucket/nested%2Fbeta/segments/")
+    finally:
+        node.stop()
