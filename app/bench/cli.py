@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.bench.append import AppendOptions, run_append
+from app.bench.cold import ColdOptions, run_cold
 from app.bench.fanout import FanoutOptions, run_fanout
 from app.bench.replay import ReplayOptions, run_replay
 from app.bench.report import markdown_table, print_results, write_json
@@ -33,7 +34,7 @@ def _add_options(parser: argparse.ArgumentParser, options: type) -> None:
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", help=f"(default {f.default})")
         else:
-            kind = {"int": int, "float": float}.get(str(f.type), str)
+            kind = {"int": int, "float": float, "int | None": int}.get(str(f.type), str)
             parser.add_argument(flag, type=kind, default=f.default, help=f"(default {f.default})")
     parser.add_argument("--json-out", type=Path, help="also write the results as JSON here")
     parser.add_argument("--markdown-out", type=Path, help="also write the table as Markdown here")
@@ -49,6 +50,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "--url", action="append", required=True, help="stream prefix, e.g. http://127.0.0.1:4437/v1/stream"
         )
         _add_options(p, options)
+    cold = workloads.add_parser("cold", help="catch-up reads from the object store vs boto3 fetching the same objects")
+    _add_options(cold, ColdOptions)
     compare = workloads.add_parser("compare", help="run a workload against Rill and the Node reference server")
     compared = compare.add_subparsers(dest="compared", required=True)
     for name, (options, _) in WORKLOADS.items():
@@ -80,6 +83,13 @@ async def _measure(urls: list[str], workload: str, options: Any) -> dict[str, An
 def main(args: argparse.Namespace) -> None:
     if args.pin_client is not None:
         os.sched_setaffinity(0, {args.pin_client})
+    if args.workload == "cold":
+        cold = _options(args, ColdOptions)
+        results = run_cold(cold)
+        print_results("rill bench cold", results)
+        if args.json_out:
+            write_json(args.json_out, "cold", dataclasses.asdict(cold), results)
+        return
     if args.workload == "compare":
         workload = args.compared
         options = _options(args, WORKLOADS[workload][0])

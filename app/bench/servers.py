@@ -65,10 +65,14 @@ def _wait(process: subprocess.Popen[bytes], url: str, timeout: float = 30) -> No
     raise RuntimeError(f"server at {url} did not start in {timeout:.0f} s")
 
 
-def start_rill(data_dir: Path, cpu: int | None = None) -> Server:
+def start_rill(
+    data_dir: Path, cpu: int | None = None, extra: list[str] | None = None, env: dict[str, str] | None = None
+) -> Server:
     port = free_port()
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--data-dir", str(data_dir)]
-    process = subprocess.Popen(_pinned(cmd, cpu), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--data-dir", str(data_dir), *(extra or [])]
+    process = subprocess.Popen(
+        _pinned(cmd, cpu), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+    )
     _wait(process, f"http://127.0.0.1:{port}/healthz")
     return Server("rill", f"http://127.0.0.1:{port}/v1/stream", process)
 

@@ -22,8 +22,15 @@ from app.tiering.store import StoreUnavailable
 log = logging.getLogger("rill.engine")
 
 
+READ_AHEAD_SEGMENTS = 2
+
+
 class ColdCache(ColdSource, Protocol):
     async def fetch(self, segment: SegmentInfo) -> None: ...
+
+    def cached(self, segment: SegmentInfo) -> bool: ...
+
+    def prefetch(self, segment: SegmentInfo) -> None: ...
 
 
 @dataclass
@@ -102,7 +109,9 @@ class Engine:
         """The chunk at `pos`, fetching segments that are only in the object store as the read reaches them."""
         while True:
             try:
-                return self.machine.read(meta, pos, self.limits.read_chunk_bytes, self.cold)
+                chunk = self.machine.read(meta, pos, self.limits.read_chunk_bytes, self.cold)
+                self._read_ahead(meta, chunk.next_pos)
+                return chunk
             except ColdMiss as miss:
                 if self.cold is None:
                     raise
@@ -118,6 +127,20 @@ class Engine:
                     ) from None
                 if self.machine.streams.get(meta.sid) is not meta:
                     raise ProtocolError(404, "stream_not_found", "stream not found") from None
+
+    def _read_ahead(self, meta: StreamMeta, pos: int) -> None:
+        """A catch-up reader in the cold range will want the next segment: fetch it while this chunk goes out."""
+        if self.cold is None or pos >= meta.tail:
+            return
+        owner = self.machine.owner(meta, pos)
+        if pos >= owner.evicted:
+            return
+        segment = self.machine.segment_at(owner.sid, pos)
+        for _ in range(READ_AHEAD_SEGMENTS + 1):
+            if segment is None:
+                return
+            self.cold.prefetch(segment)
+            segment = self.machine.segment_at(owner.sid, segment.hi) if segment.hi < owner.evicted else None
 
     def membership(self) -> Membership:
         return self.machine.membership or self.static_membership

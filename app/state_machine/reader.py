@@ -104,7 +104,7 @@ class StreamReader:
         raw = self.staged.get((r.DATA, key)) or self.kv.get(r.DATA, key)
         return None if raw is None else bytes(r.record_payload(raw))
 
-    def _owner(self, meta: r.StreamMeta, pos: int) -> r.StreamMeta:
+    def owner(self, meta: r.StreamMeta, pos: int) -> r.StreamMeta:
         """The stream in the fork chain whose own records hold position `pos`."""
         while pos < meta.fork_pos and meta.fork_of is not None:
             meta = self.streams[meta.fork_of]
@@ -132,7 +132,7 @@ class StreamReader:
     def is_boundary(self, meta: r.StreamMeta, pos: int) -> bool:
         if pos in (0, meta.tail):
             return True
-        owner = self._owner(meta, pos)
+        owner = self.owner(meta, pos)
         if pos < owner.evicted:
             segment = self.segment_at(owner.sid, pos)
             return segment is not None and _is_start(segment, pos)
@@ -142,7 +142,7 @@ class StreamReader:
         """The first `count` bytes (or JSON messages) of the record at `pos`; None if it is shorter."""
         if pos >= meta.tail:
             return None
-        payload = self._record(self._owner(meta, pos).sid, pos)
+        payload = self._record(self.owner(meta, pos).sid, pos)
         if payload is None:
             return None
         if meta.json:

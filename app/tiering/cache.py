@@ -35,9 +35,18 @@ class SegmentCache:
         positions, payloads = loaded.positions, loaded.payloads
         i = bisect.bisect_right(positions, lo) - 1
         while i < len(positions) and positions[i] < hi:
-            start, payload = positions[i], memoryview(payloads[i])
+            start, payload = positions[i], payloads[i]
             yield (lo, payload[lo - start :]) if start < lo else (start, payload)
             i += 1
+
+    def cached(self, segment: SegmentInfo) -> bool:
+        return segment.key in self._segments
+
+    def prefetch(self, segment: SegmentInfo) -> None:
+        """Starts fetching a segment a sequential reader will want next; failures wait for the real read."""
+        if segment.key not in self._segments and segment.key not in self._fetching:
+            task = asyncio.ensure_future(self.fetch(segment))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def fetch(self, segment: SegmentInfo) -> None:
         """Loads the segment into the cache (StoreUnavailable if the store fails)."""

@@ -137,22 +137,25 @@ class Loaded:
     """A segment decoded for serving reads: record starts and payloads, in order."""
 
     positions: list[int]
-    payloads: list[bytes]
+    payloads: list[memoryview]
     size: int
 
 
 def load(data: bytes) -> Loaded:
-    table = pq.read_table(pa.BufferReader(data), columns=["payload"])
-    meta = pq.read_schema(pa.BufferReader(data)).metadata or {}
-    payloads: list[bytes] = table.column("payload").to_pylist()
-    pos = first = int(meta[b"rill.first"])
-    positions = []
-    for payload in payloads:
-        positions.append(pos)
-        pos += len(payload)
-    if pos != int(meta[b"rill.next"]):
+    """Decodes a segment; payloads are views into one decoded buffer, not a copy per record."""
+    file = pq.ParquetFile(pa.BufferReader(data))
+    meta = file.schema_arrow.metadata or {}
+    column = file.read(columns=["payload"]).column("payload").combine_chunks()
+    _, offset_buffer, buffer = column.buffers()
+    offsets = memoryview(offset_buffer).cast("i")[column.offset : column.offset + len(column) + 1].tolist()
+    blob = memoryview(buffer) if buffer is not None else memoryview(b"")
+    first = int(meta[b"rill.first"])
+    base = offsets[0] if offsets else 0
+    positions = [first + o - base for o in offsets[:-1]]
+    payloads = [blob[a:b] for a, b in zip(offsets, offsets[1:], strict=False)]
+    if first + (offsets[-1] - base if offsets else 0) != int(meta[b"rill.next"]):
         raise ValueError("segment records do not add up to its range")
-    return Loaded(positions, payloads, pos - first + 64 * len(payloads))
+    return Loaded(positions, payloads, (offsets[-1] - base if offsets else 0) + 64 * len(payloads))
 
 
 @dataclass
