@@ -128,6 +128,31 @@ class Engine:
                 if self.machine.streams.get(meta.sid) is not meta:
                     raise ProtocolError(404, "stream_not_found", "stream not found") from None
 
+    async def evicted_record(self, meta: StreamMeta, pos: int) -> bytes | None:
+        """The whole record at `pos` if it has been evicted to the object store; None otherwise."""
+        length = self.machine.record_length(meta, pos)
+        if length is None or self.cold is None:
+            return None
+        owner = self.machine.owner(meta, pos)
+        segment = self.machine.segment_at(owner.sid, pos)
+        if segment is None:
+            return None
+        await self._fetch(segment)
+        return next((bytes(p) for _, p in self.cold.records(segment, pos, pos + 1)), None)
+
+    async def _fetch(self, segment: SegmentInfo) -> None:
+        assert self.cold is not None
+        try:
+            await self.cold.fetch(segment)
+        except StoreUnavailable as exc:
+            log.warning("cold read failed: %s", exc)
+            raise ProtocolError(
+                503,
+                "cold_tier_unavailable",
+                "the object store holding this range is unavailable",
+                {"retry-after": "2"},
+            ) from None
+
     def _read_ahead(self, meta: StreamMeta, pos: int) -> None:
         """A catch-up reader in the cold range will want the next segment: fetch it while this chunk goes out."""
         if self.cold is None or pos >= meta.tail:

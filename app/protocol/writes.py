@@ -34,6 +34,14 @@ def _touched(engine: Engine, target: StreamTarget) -> int:
     return engine.touched(meta.sid) if meta else 0
 
 
+async def _evicted_record(engine: Engine, target: StreamTarget, source: str | None, pos: int | None) -> bytes | None:
+    """The fork point's record, fetched from the object store when it is no longer on local disk."""
+    meta = engine.machine.lookup(target.bucket, source) if source is not None else None
+    if meta is None:
+        return None
+    return await engine.evicted_record(meta, meta.tail if pos is None else pos)
+
+
 async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     h = call.headers
     ttl = parse_ttl(h.get("stream-ttl"))
@@ -75,6 +83,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
             fork_sub=fork_sub,
             content_type_given=content_type is not None,
             touched=_touched(engine, target),
+            evicted_record=await _evicted_record(engine, target, fork_name, fork_offset) if fork_sub else None,
         )
     )
     raise_for(outcome)

@@ -40,6 +40,7 @@ class CreateStream(msgspec.Struct, tag="cs", array_like=True):
     fork_sub: int = 0
     content_type_given: bool = True
     touched: int = 0  # the leader's latest local read of an existing stream (sliding TTL)
+    evicted_record: bytes | None = None  # the source record at fork_offset, when only the cold tier has it
 
 
 class Append(msgspec.Struct, tag="ap", array_like=True):

@@ -192,7 +192,7 @@ class StateMachine(StreamReader):
                 return Outcome(Code.BAD_FORK_OFFSET, "fork offset is not a message boundary of the source")
             fork_pos = fork_offset
             if cmd.fork_sub:
-                prefix_or_none = self.record_prefix(source, fork_offset, cmd.fork_sub)
+                prefix_or_none = self.record_prefix(source, fork_offset, cmd.fork_sub, cmd.evicted_record)
                 if prefix_or_none is None:
                     return Outcome(Code.BAD_SUB_OFFSET, "fork sub-offset exceeds the message at the fork offset")
                 prefix = prefix_or_none

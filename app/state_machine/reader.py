@@ -138,11 +138,29 @@ class StreamReader:
             return segment is not None and _is_start(segment, pos)
         return self._record(owner.sid, pos) is not None
 
-    def record_prefix(self, meta: r.StreamMeta, pos: int, count: int) -> bytes | None:
-        """The first `count` bytes (or JSON messages) of the record at `pos`; None if it is shorter."""
+    def record_length(self, meta: r.StreamMeta, pos: int) -> int | None:
+        """The length of the evicted record starting at `pos` (from its segment's boundaries)."""
+        owner = self.owner(meta, pos)
+        segment = self.segment_at(owner.sid, pos) if pos < owner.evicted else None
+        if segment is None or not _is_start(segment, pos):
+            return None
+        starts = [_U32.unpack_from(segment.starts, i)[0] + segment.lo for i in range(0, len(segment.starts), 4)]
+        following = [s for s in starts if s > pos]
+        return (following[0] if following else segment.hi) - pos
+
+    def record_prefix(
+        self, meta: r.StreamMeta, pos: int, count: int, evicted_record: bytes | None = None
+    ) -> bytes | None:
+        """The first `count` bytes (or JSON messages) of the record at `pos`; None if it is shorter.
+
+        A record evicted to the object store is taken from `evicted_record` (the proposer fetched it),
+        provided its length matches the record's boundaries.
+        """
         if pos >= meta.tail:
             return None
         payload = self._record(self.owner(meta, pos).sid, pos)
+        if payload is None and evicted_record is not None and self.record_length(meta, pos) == len(evicted_record):
+            payload = evicted_record
         if payload is None:
             return None
         if meta.json:

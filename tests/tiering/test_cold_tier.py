@@ -255,3 +255,40 @@ def test_deleted_stream_objects_are_removed_but_a_fork_keeps_them(tmp_path: Path
             assert moto.keys(BUCKET, "gc/gcbucket/nested%2Fbeta/segments/")
     finally:
         node.stop()
+
+
+def test_file_store_default_and_forks_inside_an_evicted_message(tmp_path: Path) -> None:
+    """The embedded default (a directory under the data dir), and a fork whose sub-offset points into
+    a record that only the cold tier still has: the proposer fetches the record for the apply."""
+    node = RillProcess(tmp_path / "n", None, *SMALL_SEGMENTS).start()
+    try:
+        with httpx.Client(base_url=node.url, timeout=10) as client:
+            assert client.put("/ds/files").status_code == 201
+            assert client.put("/ds/files/j", headers={"content-type": "application/json"}).status_code == 201
+            offsets, messages = [], []
+            for i in range(40):
+                batch = [{"i": i, "k": k, "pad": "y" * 90} for k in range(3)]
+                r = client.post("/ds/files/j", json=batch)
+                assert r.status_code == 204
+                offsets.append(r.headers["stream-next-offset"])
+                messages += batch
+            wait_for(lambda: all_tiered(node.url), what="tiering to the file store")
+            assert tiering(node.url)["store"] == (tmp_path / "n" / "cold").resolve().as_uri()
+            assert list((tmp_path / "n" / "cold" / "files" / "j" / "segments").glob("*.parquet"))
+
+            # offsets[9] is where the 11th append's record starts; take its first two messages.
+            headers = {
+                "content-type": "application/json",
+                "stream-forked-from": "j",
+                "stream-fork-offset": offsets[9],
+                "stream-fork-sub-offset": "2",
+            }
+            r = client.put("/ds/files/f", headers=headers)
+            assert r.status_code == 201, r.text
+            assert client.get("/ds/files/f", params={"offset": "-1"}).json() == messages[: 30 + 2]
+            r = client.get("/ds/files/j", params={"offset": offsets[19]})
+            assert r.json() == messages[60:]
+            mid = client.get("/ds/files/j", params={"offset": f"{offsets[19][:-16]}{offset_of(offsets[19]) + 1:016d}"})
+            assert mid.status_code == 400, "inside a JSON record is not a message boundary, evicted or not"
+    finally:
+        node.stop()
