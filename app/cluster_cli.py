@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--base-port", type=int, default=4437, help="node N listens on base-port + N - 1")
     up.add_argument("--data-dir", type=Path, default=Path("./data"), help="node N keeps its data in DIR/node-N")
     up.add_argument("--forward-writes", action="store_true", help="followers proxy writes to the leader")
+    up.add_argument("--cold-store", help="the nodes' shared object store (default: the directory DIR/cold)")
     status = commands.add_parser("status", help="term, leader, commit and applied index of every node")
     status.add_argument("--url", action="append", required=True, help="any node (its peers are found from it)")
     add = commands.add_parser("add", help="add a node (started with `rill serve --join`): learner, then voter")
@@ -82,6 +83,8 @@ def up(args: argparse.Namespace) -> None:
         cmd = [sys.executable, "-m", "app.cli", "serve", "--port", url.rsplit(":", 1)[1]]
         cmd += ["--data-dir", str(args.data_dir / f"node-{n}"), "--node-id", str(n), "--peers", peers]
         cmd += ["--cluster-secret", secret] + (["--forward-writes"] if args.forward_writes else [])
+        # Every node must reach the segments the leader tiers, so they share one store.
+        cmd += ["--cold-store", args.cold_store or (args.data_dir / "cold").resolve().as_uri()]
         processes.append(subprocess.Popen(cmd))
     # Blocked once the nodes are started (they must not inherit a mask blocking their own SIGTERM);
     # a stop signal from now on waits for sigwait below instead of killing this process alone.

@@ -4,26 +4,32 @@ compose.yaml is checked by Docker Compose v2 itself: `docker-compose config` fro
 dependency is the same program that `docker compose config` runs as a Docker CLI plugin (schema,
 interpolation, references between services, volumes and profiles), so no Docker engine is needed.
 Then the facts the deployment relies on are asserted on what Compose renders, and the Rill nodes'
-command lines are run through the real `rill serve` argument parsing and settings.
+command lines are run through the real `rill serve` argument parsing and settings, the Spark service's
+through `rill pipeline`'s.
 """
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import importlib.metadata
 import json
 import os
+import re
 import shlex
 import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from app import cli
 from app.config import Settings
+from app.tiering.store import S3Store, StoreOptions, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "compose.yaml"
@@ -31,6 +37,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 NODES = {"rill-1": 1, "rill-2": 2, "rill-3": 3}
 PEERS = "1=http://rill-1:4437,2=http://rill-2:4437,3=http://rill-3:4437"
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def compose_binary() -> Path:
@@ -123,7 +130,8 @@ def test_three_rill_nodes_with_distinct_ids_and_the_same_peers(config: dict[str,
     services = config["services"]
     for name, node_id in NODES.items():
         node = services[name]
-        assert node["build"]["context"] == str(ROOT)
+        # No target: the Dockerfile's last stage, the server (the pipeline stage is the spark service's).
+        assert node["build"]["context"] == str(ROOT) and "target" not in node["build"]
         args = node["command"]
         assert args[args.index("--node-id") + 1] == str(node_id)
         assert args[args.index("--peers") + 1] == PEERS
@@ -174,23 +182,112 @@ def test_minio_and_the_bucket_job(config: dict[str, Any]) -> None:
         assert env["AWS_SECRET_ACCESS_KEY"] == minio["environment"]["MINIO_ROOT_PASSWORD"]
 
 
-def test_spark_is_behind_the_pipeline_profile(config: dict[str, Any]) -> None:
-    spark = config["services"]["spark"]
-    assert spark["image"].startswith("apache/spark:4.")
-    assert spark["profiles"] == ["pipeline"]
-    assert spark["environment"]["SPARK_LOCAL_IP"]
-    assert spark["environment"]["AWS_ENDPOINT_URL"] == "http://minio:9000"
-    repo = [v for v in spark["volumes"] if v["type"] == "bind" and v["source"] == str(ROOT)]
-    assert repo and repo[0]["read_only"] is True
+def minio_init_bucket(config: dict[str, Any]) -> str:
+    match = re.search(r"mc mb --ignore-existing local/(\S+)", " ".join(config["services"]["minio-init"]["entrypoint"]))
+    assert match, "minio-init creates no bucket"
+    return match.group(1)
 
 
-def test_cold_tier_settings_are_parked_until_rill_has_them(config: dict[str, Any]) -> None:
-    assert config["x-cold-tier"] == {"RILL_COLD_STORE": "s3://rill/cold", "RILL_S3_ENDPOINT_URL": "http://minio:9000"}
+def test_nodes_keep_their_cold_tier_in_the_bucket_minio_init_creates(config: dict[str, Any]) -> None:
+    minio = config["services"]["minio"]
+    bucket = minio_init_bucket(config)
     for name in NODES:
-        assert not {"RILL_COLD_STORE", "RILL_S3_ENDPOINT_URL"} & set(config["services"][name]["environment"])
-    assert "cold_store" not in Settings.model_fields, (
-        "Settings has a cold tier now: merge x-cold-tier into the nodes' environment in compose.yaml"
-    )
+        node = config["services"][name]
+        env = node["environment"]
+        assert env["RILL_COLD_STORE"] == "s3://rill/cold"
+        assert env["RILL_S3_ENDPOINT_URL"] == "http://minio:9000"
+        assert env["AWS_ACCESS_KEY_ID"] == minio["environment"]["MINIO_ROOT_USER"]
+        assert env["AWS_SECRET_ACCESS_KEY"] == minio["environment"]["MINIO_ROOT_PASSWORD"]
+        # pydantic-settings drops an unknown RILL_* variable without a word: a misspelt one would leave
+        # the node tiering to local files under /data.
+        unknown = {
+            k for k in env if k.startswith("RILL_") and k.removeprefix("RILL_").lower() not in Settings.model_fields
+        }
+        assert not unknown, f"{name}: not Settings fields: {sorted(unknown)}"
+        # The store the node opens is in the bucket minio-init makes, at the MinIO service's S3 port.
+        store = open_store(env["RILL_COLD_STORE"], StoreOptions(endpoint_url=env["RILL_S3_ENDPOINT_URL"]))
+        assert isinstance(store, S3Store) and store.bucket == bucket
+        endpoint = urlsplit(env["RILL_S3_ENDPOINT_URL"])
+        assert (endpoint.hostname, endpoint.port) == ("minio", 9000)
+        assert any(p["target"] == endpoint.port for p in minio["ports"])
+        # Not just started: done, or the first segments are sealed before the bucket exists.
+        assert node["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+
+
+def test_nodes_and_spark_follow_minio_credentials_from_the_environment(home: Path) -> None:
+    credentials = {"MINIO_ROOT_USER": "admin", "MINIO_ROOT_PASSWORD": "s3cret-s3cret"}
+    services = render(home, "--profile", "pipeline", **credentials)["services"]
+    assert services["minio"]["environment"]["MINIO_ROOT_USER"] == "admin"
+    for name in [*NODES, "spark"]:
+        env = services[name]["environment"]
+        assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == ("admin", "s3cret-s3cret"), name
+
+
+def test_spark_builds_the_pipeline_stage_behind_its_profile(config: dict[str, Any]) -> None:
+    spark = config["services"]["spark"]
+    assert spark["profiles"] == ["pipeline"]
+    stages = [name for name, _ in dockerfile_stages()]
+    assert spark["build"]["context"] == str(ROOT)
+    assert spark["build"]["target"] == "pipeline" and spark["build"]["target"] in stages[:-1]
+    # Its own tag: sharing rill:local with the nodes, the two builds would overwrite each other.
+    assert spark["image"] not in {config["services"][name]["image"] for name in NODES}
+    assert spark["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    minio = config["services"]["minio"]["environment"]
+    env = spark["environment"]
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert env["AWS_ACCESS_KEY_ID"] == minio["MINIO_ROOT_USER"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == minio["MINIO_ROOT_PASSWORD"]
+    # The image has Rill installed: no bind mount of the repo, only the volume the export lands in.
+    assert not [v for v in spark["volumes"] if v["type"] == "bind"]
+    (export,) = spark["volumes"]
+    # A named volume: Docker gives a fresh one the image's /export, owned by the non-root user.
+    assert export["type"] == "volume" and export["source"] in config["volumes"] and not export.get("read_only")
+    assert export["target"] in json.loads(stage_instruction("pipeline", "VOLUME"))
+
+
+def pipeline_args(spark: dict[str, Any]) -> argparse.Namespace:
+    """The spark service's command after the pipeline image's ENTRYPOINT, through `rill pipeline`'s parser."""
+    pytest.importorskip("pyspark", reason="the pipeline extra is not installed")
+    from app.pipeline import cli as pipeline_cli
+
+    entrypoint = json.loads(stage_instruction("pipeline", "ENTRYPOINT"))
+    assert entrypoint[:2] == ["rill", "pipeline"]
+    parser = argparse.ArgumentParser(prog="rill")
+    pipeline_cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(entrypoint[1:] + spark["command"])
+
+
+def test_spark_default_command_exports_the_nodes_cold_store(
+    config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spark = config["services"]["spark"]
+    args = pipeline_args(spark)
+    from app.pipeline import cli as pipeline_cli
+
+    assert (args.command, args.pipeline_command) == ("pipeline", "export")
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in spark["environment"].items():
+        monkeypatch.setenv(key, value)
+    options = pipeline_cli.read_options(args)
+    node = config["services"]["rill-1"]["environment"]
+    # Reads what the nodes write, where they write it, as the MinIO user.
+    assert options["store"] == node["RILL_COLD_STORE"]
+    assert options["s3_endpoint_url"] == node["RILL_S3_ENDPOINT_URL"]
+    assert options["access_key_id"] == node["AWS_ACCESS_KEY_ID"]
+    assert options["secret_access_key"] == node["AWS_SECRET_ACCESS_KEY"]
+    assert options["region"] == node["AWS_REGION"]
+    assert options["bucket"] == "events" and "stream" not in options and "prefix" not in options
+    # Into the export volume, one directory per Rill bucket; SPARK_LOCAL_IP=127.0.0.1 holds for local mode only.
+    (export,) = spark["volumes"]
+    assert Path(args.out).parent == Path(export["target"]) and Path(args.out).name == options["bucket"]
+    assert args.master.startswith("local")
+
+
+def test_spark_default_bucket_comes_from_the_environment(home: Path) -> None:
+    spark = render(home, "--profile", "pipeline", PIPELINE_BUCKET="orders")["services"]["spark"]
+    args = pipeline_args(spark)
+    assert (args.bucket, args.out) == ("orders", "/export/orders")
 
 
 # The Dockerfile -------------------------------------------------------------------------------------
@@ -212,6 +309,30 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return instructions
 
 
+def dockerfile_stages() -> list[tuple[str, list[tuple[str, str]]]]:
+    """(stage name, its instructions from its FROM on) in order; `docker build .` builds the last one."""
+    stages: list[tuple[str, list[tuple[str, str]]]] = []
+    for keyword, args in dockerfile_instructions():
+        if keyword == "FROM":
+            words = args.split()
+            stages.append((words[2] if len(words) == 3 and words[1].upper() == "AS" else "", []))
+        assert stages, f"{keyword} before the first FROM"
+        stages[-1][1].append((keyword, args))
+    return stages
+
+
+def stage(name: str) -> list[tuple[str, str]]:
+    (instructions,) = [instructions for stage_name, instructions in dockerfile_stages() if stage_name == name]
+    return instructions
+
+
+def stage_instruction(name: str, keyword: str) -> str:
+    """The arguments of a stage's last `keyword` (the one that counts for ENTRYPOINT, CMD, USER, ...)."""
+    found = [args for k, args in stage(name) if k == keyword]
+    assert found, f"stage {name!r} has no {keyword}"
+    return found[-1]
+
+
 def dockerignored(path: str) -> bool:
     """A simplified reading of .dockerignore: the last matching pattern wins, `!` re-includes, and a
     pattern matching a folder matches what is inside it."""
@@ -230,44 +351,78 @@ def dockerignored(path: str) -> bool:
 
 
 def test_dockerfile_copies_only_files_in_the_repo_and_the_build_context() -> None:
-    copies = [shlex.split(args) for keyword, args in dockerfile_instructions() if keyword in {"COPY", "ADD"}]
-    assert copies
-    sources = []
-    for words in copies:
-        assert not any(w.startswith("--from") for w in words), "a multi-stage COPY needs its own check"
-        sources += [w for w in words[:-1] if not w.startswith("--")]
-    for source in sources:
-        path = ROOT / source
-        assert path.exists(), f"Dockerfile copies {source}, which is not in the repo"
-        files = (
-            [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-        )
-        assert files, source
-        for file in files:
-            relative = file.relative_to(ROOT).as_posix()
-            assert not dockerignored(relative), f"{relative} is copied but .dockerignore leaves it out"
-    # `pip install .` needs the project's metadata, its readme and its packages.
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert {"pyproject.toml", project["readme"], "app"} <= {s.rstrip("/") for s in sources}
+    for name, instructions in dockerfile_stages():
+        copies = [shlex.split(args) for keyword, args in instructions if keyword in {"COPY", "ADD"}]
+        assert copies, name
+        sources = []
+        for words in copies:
+            assert not any(w.startswith("--from") for w in words), "a multi-stage COPY needs its own check"
+            sources += [w for w in words[:-1] if not w.startswith("--")]
+        for source in sources:
+            path = ROOT / source
+            assert path.exists(), f"Dockerfile copies {source}, which is not in the repo"
+            files = (
+                [path]
+                if path.is_file()
+                else [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+            )
+            assert files, source
+            for file in files:
+                relative = file.relative_to(ROOT).as_posix()
+                assert not dockerignored(relative), f"{relative} is copied but .dockerignore leaves it out"
+        # Each stage's `pip install` needs the project's metadata, its readme and its packages.
+        assert {"pyproject.toml", PROJECT["readme"], "app"} <= {s.rstrip("/") for s in sources}, name
     assert dockerignored(".git") and dockerignored(".venv/bin/python") and dockerignored("data/node-1")
 
 
-def test_dockerfile_image_shape() -> None:
-    instructions = dockerfile_instructions()
-    keywords = dict(instructions)
-    assert keywords["FROM"] == "python:3.11-slim"
-    assert any("pip install ." in args for keyword, args in instructions if keyword == "RUN")
-    users = [args for keyword, args in instructions if keyword == "USER"]
-    assert users and users[-1].split(":")[0] not in {"root", "0"}
-    assert keywords["EXPOSE"] == "4437"
-    assert "java" not in DOCKERFILE.read_text().lower()
+def non_root(user: str) -> bool:
+    return user.split(":")[0] not in {"root", "0"}
+
+
+def test_dockerfile_builds_the_server_by_default() -> None:
+    name, instructions = dockerfile_stages()[-1]
+    assert stage_instruction(name, "FROM").split()[0] == "python:3.11-slim"
+    runs = [args for keyword, args in instructions if keyword == "RUN"]
+    # The server without the pipeline extra: no pyspark, no JVM in the node image.
+    assert any(re.search(r"pip install \.(\s|$)", run) for run in runs)
+    assert not any("pipeline" in run for run in runs)
+    assert "java" not in " ".join(args for _, args in instructions).lower()
+    assert non_root(stage_instruction(name, "USER"))
+    assert stage_instruction(name, "EXPOSE") == "4437"
+    assert json.loads(stage_instruction(name, "ENTRYPOINT"))[:2] == ["rill", "serve"]
+
+
+# Spark 4 runs on Java 17 and 21; the OpenJDKs each Debian release packages.
+SPARK_JAVA = {"17", "21"}
+DEBIAN_JAVA = {"bookworm": {"17"}, "trixie": {"21", "25"}}
+
+
+def test_dockerfile_pipeline_stage_has_java_python_3_11_and_the_pipeline_extra() -> None:
+    image, _, tag = stage_instruction("pipeline", "FROM").split()[0].partition(":")
+    assert image == "python"
+    version, _, variant = tag.partition("-")
+    assert SpecifierSet(PROJECT["requires-python"]).contains(version), f"{tag} is below requires-python"
+    # The release explicitly: python:3.11-slim moved from bookworm to trixie, which has no openjdk-17.
+    release = variant.removeprefix("slim-")
+    assert release in DEBIAN_JAVA, f"pin the Debian release of {tag}"
+    runs = " && ".join(args for keyword, args in stage("pipeline") if keyword == "RUN")
+    java = re.search(r"apt-get install -y --no-install-recommends (?:\S+ )*openjdk-(\d+)-jre-headless", runs)
+    assert java, "the pipeline stage installs no JRE"
+    assert java.group(1) in SPARK_JAVA & DEBIAN_JAVA[release], f"openjdk-{java.group(1)} on {release}"
+    assert "rm -rf /var/lib/apt/lists/*" in runs
+    assert "pip install '.[pipeline]'" in runs
+    assert any(d.startswith("pyspark") for d in PROJECT["optional-dependencies"]["pipeline"])
+    env = dict(word.split("=", 1) for word in shlex.split(stage_instruction("pipeline", "ENV")))
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert non_root(stage_instruction("pipeline", "USER"))
+    assert json.loads(stage_instruction("pipeline", "ENTRYPOINT")) == ["rill", "pipeline"]
 
 
 def test_nodes_start_with_the_image_entrypoint_and_their_compose_settings(
     config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Image ENTRYPOINT + each node's command + environment through the real `rill serve` parsing."""
-    entrypoint = json.loads(dict(dockerfile_instructions())["ENTRYPOINT"])
+    entrypoint = json.loads(stage_instruction(dockerfile_stages()[-1][0], "ENTRYPOINT"))
     assert entrypoint[:2] == ["rill", "serve"]
     started: list[Settings] = []
     monkeypatch.setattr(cli, "create_app", lambda settings: settings)
@@ -282,3 +437,4 @@ def test_nodes_start_with_the_image_entrypoint_and_their_compose_settings(
         assert (settings.host, settings.port, settings.data_dir) == ("0.0.0.0", 4437, Path("/data"))
         assert settings.node_id == node_id and settings.cluster_secret == "change-me"
         assert settings.peers == {n: f"http://rill-{n}:4437" for n in NODES.values()}
+        assert (settings.cold_store, settings.s3_endpoint_url) == ("s3://rill/cold", "http://minio:9000")
