@@ -11,6 +11,7 @@ import uvicorn
 from app import cluster_cli
 from app.bench import cli as bench_cli
 from app.config import load_settings, parse_peers
+from app.pipeline import cli as pipeline_cli
 from app.server import create_app
 
 
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--hot-backlog-budget", type=int, help="untiered bytes past which appends answer 503")
     bench_cli.add_parser(sub)
     cluster_cli.add_parser(sub)
+    pipeline_cli.add_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "bench":
@@ -48,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "cluster":
         cluster_cli.main(args)
         return
+    if args.command == "pipeline":
+        raise SystemExit(pipeline_cli.main(args))
 
     if args.command == "serve":
         settings = load_settings(
