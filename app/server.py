@@ -36,7 +36,7 @@ from app.snapshots import Snapshots, StateStore
 from app.state_machine.machine import StateMachine
 from app.storage.rocks import RocksKV
 from app.tiering.cache import SegmentCache
-from app.tiering.store import StoreOptions, open_store
+from app.tiering.store import FileStore, StoreOptions, open_store
 from app.tiering.worker import TieringConfig, TieringWorker
 
 log = logging.getLogger("rill.server")
@@ -146,6 +146,8 @@ def create_app(settings: Settings) -> ASGIApp:
                 endpoint_url=settings.s3_endpoint_url, region=settings.s3_region, path_style=settings.s3_path_style
             ),
         )
+        if clustered and isinstance(store, FileStore):
+            log.warning("cold store %s is a local directory: every node must see the same one", store.url)
         engine = Engine(
             node,
             machine,

@@ -117,16 +117,19 @@ class StreamReader:
         return None
 
     def segments(self, sid: int, lo: int, hi: int) -> Iterator[r.SegmentInfo]:
-        """Tiered segments of stream `sid` overlapping positions [lo, hi), in order."""
-        start = r.data_key(sid, lo)
+        """Tiered segments of stream `sid` overlapping positions [lo, hi), in order (staged ones too)."""
+        start, end = r.data_key(sid, lo), r.data_key(sid, hi)
+        found: dict[bytes, bytes] = {}
         first = self.kv.floor(r.SEGMENTS, start)
         if first is not None and first[0][:8] == start[:8]:
-            start = first[0]
-        found = {k: v for (cf, k), v in self.staged.items() if cf == r.SEGMENTS and start <= k < r.data_key(sid, hi)}
-        found.update(self.kv.scan(r.SEGMENTS, start, r.data_key(sid, hi)))
+            found[first[0]] = first[1]
+        found.update(self.kv.scan(r.SEGMENTS, start, end))
+        if self.staged:
+            staged = self.staged.items()
+            found.update({k: v for (cf, k), v in staged if cf == r.SEGMENTS and k[:8] == start[:8] and k < end})
         for key in sorted(found):
             segment = r.decode_segment(found[key])
-            if segment.hi > lo:
+            if segment.hi > lo and key < end:
                 yield segment
 
     def is_boundary(self, meta: r.StreamMeta, pos: int) -> bool:

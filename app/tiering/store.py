@@ -227,6 +227,8 @@ def open_store(url: str, options: StoreOptions | None = None) -> ObjectStore:
             raise ValueError(f"an S3 store URL needs a bucket: {url!r}")
         return S3Store(parts.netloc, unquote(parts.path), options or StoreOptions())
     if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"a file store URL needs an absolute path, file:///dir: {url!r}")
         return FileStore(unquote(parts.path))
     if parts.scheme == "":
         return FileStore(url)

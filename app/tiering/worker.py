@@ -87,6 +87,8 @@ class TieringWorker:
                 self.available, self.last_error = False, str(exc)
             except ProtocolError as exc:
                 log.info("tiering deferred: %s", exc.message)
+            except Exception:  # a bug must not stop tiering for good; the next pass starts over
+                log.exception("tiering pass failed")
 
     async def run_once(self) -> None:
         """One pass: everything due is tiered, published, evicted and collected."""
