@@ -115,16 +115,7 @@ class Engine:
             except ColdMiss as miss:
                 if self.cold is None:
                     raise
-                try:
-                    await self.cold.fetch(miss.segment)
-                except StoreUnavailable as exc:
-                    log.warning("cold read failed: %s", exc)
-                    raise ProtocolError(
-                        503,
-                        "cold_tier_unavailable",
-                        "the object store holding this range is unavailable",
-                        {"retry-after": "2"},
-                    ) from None
+                await self._fetch(miss.segment)
                 if self.machine.streams.get(meta.sid) is not meta:
                     raise ProtocolError(404, "stream_not_found", "stream not found") from None
 
