@@ -1,0 +1,364 @@
+"""The `rill` Spark data source: sealed segments of the cold tier as a DataFrame, one partition per segment.
+
+Planning reads only manifests; filters on stream, offset and append time (pushed down by Spark or given
+as options) drop whole segments there, then row groups by their Parquet statistics, then rows.
+Everything pickled to executors is plain data: stores (boto3 clients) are opened in the worker.
+`max_partition_bytes` packs consecutive segments into one partition: every Spark task costs tens of ms,
+which small segments (sealed at 8 MiB or after a minute) would otherwise drown in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import datasource as sds
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from app.protocol.offsets import format_offset
+from app.tiering.segment import SCHEMA, Manifest, manifest_key
+from app.tiering.store import ObjectStore, StoreOptions, open_store
+
+SPARK_SCHEMA: StructType = from_arrow_schema(SCHEMA)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_TOKEN = re.compile(r"\d{16}_\d{16}")
+_S3_OPTIONS = ("s3_endpoint_url", "region", "access_key_id", "secret_access_key", "session_token", "path_style")
+OPTIONS = ("store", "path", "bucket", "stream", "prefix", "from_offset", "to_offset", "start_time", "end_time")
+_PACKING = ("max_partition_bytes", "min_partitions")
+
+
+@dataclass(frozen=True)
+class Range:
+    """An interval of comparable values (offset tokens or µs since the epoch); a None end is unbounded."""
+
+    lo: Any = None
+    lo_strict: bool = False
+    hi: Any = None
+    hi_strict: bool = True
+
+    def above(self, value: Any, strict: bool) -> Range:
+        if self.lo is None or value > self.lo or (value == self.lo and strict):
+            return replace(self, lo=value, lo_strict=strict)
+        return self
+
+    def below(self, value: Any, strict: bool) -> Range:
+        if self.hi is None or value < self.hi or (value == self.hi and strict):
+            return replace(self, hi=value, hi_strict=strict)
+        return self
+
+    def overlaps(self, least: Any, most: Any, most_open: bool = False) -> bool:
+        """Whether some value in [least, most] (or [least, most) when most_open) can fall in the range."""
+        if self.lo is not None and (most < self.lo or (most == self.lo and (self.lo_strict or most_open))):
+            return False
+        return not (self.hi is not None and (least > self.hi or (least == self.hi and self.hi_strict)))
+
+    def mask(self, column: pa.Array | pa.ChunkedArray, scalar_type: pa.DataType) -> pa.Array | None:
+        """The rows of `column` inside the range, or None when the range is unbounded."""
+        parts = []
+        if self.lo is not None:
+            parts.append((pc.greater if self.lo_strict else pc.greater_equal)(column, pa.scalar(self.lo, scalar_type)))
+        if self.hi is not None:
+            parts.append((pc.less if self.hi_strict else pc.less_equal)(column, pa.scalar(self.hi, scalar_type)))
+        return None if not parts else parts[0] if len(parts) == 1 else pc.and_(parts[0], parts[1])
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a read is restricted to; `streams` None means any stream."""
+
+    streams: frozenset[str] | None = None
+    offsets: Range = field(default_factory=Range)
+    times: Range = field(default_factory=Range)  # µs since the epoch, like Spark's timestamps
+    nothing: bool = False  # a filter no row can pass (another bucket)
+
+    def only_streams(self, names: Iterable[str]) -> Bounds:
+        names = frozenset(names)
+        return replace(self, streams=names if self.streams is None else self.streams & names)
+
+
+def _micros(value: Any, name: str) -> int:
+    """µs since the epoch of an ISO 8601 time or a number of ms; a time without a zone is UTC."""
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        return int(value) * 1000
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"option {name!r} must be an ISO 8601 time or ms since the epoch, not {value!r}") from None
+    if not isinstance(value, dt.datetime):
+        raise ValueError(f"option {name!r} must be a time, not {value!r}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return (value - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _count(value: str | None, name: str, least: int) -> int:
+    if value is None:
+        return least
+    if not value.strip().isdigit() or int(value) < least:
+        raise ValueError(f"option {name!r} must be a whole number of at least {least}, not {value!r}")
+    return int(value)
+
+
+def _token(value: str, name: str) -> str:
+    value = value.strip()
+    if value.isdigit():
+        return format_offset(int(value))
+    if not _TOKEN.fullmatch(value):
+        raise ValueError(f"option {name!r} must be an offset token (0000000000000000_0000000000000042), not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The data source's options, checked; plain data so it pickles to executors."""
+
+    store: str
+    bucket: str
+    stream: str | None = None
+    prefix: str | None = None
+    s3: StoreOptions = field(default_factory=StoreOptions)
+    bounds: Bounds = field(default_factory=Bounds)
+    max_partition_bytes: int = 0  # 0: a partition per segment
+    min_partitions: int = 1
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        known = OPTIONS + _S3_OPTIONS + _PACKING
+        unknown = sorted(set(opts) - set(known))
+        if unknown:
+            raise ValueError(f"unknown rill option(s) {unknown}; known: {sorted(known)}")
+        store, bucket = opts.get("store") or opts.get("path"), opts.get("bucket")
+        if not store:
+            raise ValueError("option 'store' is required (s3://bucket/prefix or file:///dir)")
+        if urlsplit(store).scheme not in ("s3", "file", ""):
+            raise ValueError(f"unsupported store URL {store!r}: use s3://bucket/prefix or file:///dir")
+        if not bucket or "/" in bucket:
+            raise ValueError(f"option 'bucket' is required and may not contain '/': {bucket!r}")
+        if opts.get("stream") is not None and opts.get("prefix") is not None:
+            raise ValueError("options 'stream' and 'prefix' are exclusive")
+        path_style = opts.get("path_style")
+        if path_style is not None and path_style.lower() not in ("true", "false"):
+            raise ValueError(f"option 'path_style' must be true or false, not {path_style!r}")
+        s3 = StoreOptions(
+            endpoint_url=opts.get("s3_endpoint_url"),
+            region=opts.get("region"),
+            access_key_id=opts.get("access_key_id"),
+            secret_access_key=opts.get("secret_access_key"),
+            session_token=opts.get("session_token"),
+            path_style=None if path_style is None else path_style.lower() == "true",
+        )
+        offsets, times = Range(), Range()
+        if opts.get("from_offset"):
+            offsets = offsets.above(_token(opts["from_offset"], "from_offset"), False)
+        if opts.get("to_offset"):
+            offsets = offsets.below(_token(opts["to_offset"], "to_offset"), True)
+        if opts.get("start_time"):
+            times = times.above(_micros(opts["start_time"], "start_time"), False)
+        if opts.get("end_time"):
+            times = times.below(_micros(opts["end_time"], "end_time"), True)
+        bounds = Bounds(offsets=offsets, times=times)
+        packing = _count(opts.get("max_partition_bytes"), "max_partition_bytes", 0)
+        spread = _count(opts.get("min_partitions"), "min_partitions", 1)
+        return cls(store, bucket, opts.get("stream"), opts.get("prefix"), s3, bounds, packing, spread)
+
+
+def narrow(bounds: Bounds, f: sds.Filter, bucket: str) -> Bounds:
+    """`bounds` tightened by one pushed-down filter it understands (others leave it as it is)."""
+    attr: tuple[str, ...] = getattr(f, "attribute", ())
+    value: Any = getattr(f, "value", None)
+    column = attr[0] if len(attr) == 1 else None
+    if column in ("stream", "bucket") and isinstance(f, sds.EqualTo | sds.In):
+        values = {v for v in (value if isinstance(f, sds.In) else [value]) if isinstance(v, str)}
+        if column == "stream":
+            return bounds.only_streams(values)
+        return bounds if bucket in values else replace(bounds, nothing=True)
+    if column == "offset" and isinstance(value, str):
+        return replace(bounds, offsets=_compare(bounds.offsets, f, value))
+    if column == "append_time" and isinstance(value, dt.datetime):
+        return replace(bounds, times=_compare(bounds.times, f, _micros(value, "append_time")))
+    return bounds
+
+
+def _compare(rng: Range, f: sds.Filter, value: Any) -> Range:
+    if isinstance(f, sds.GreaterThan | sds.GreaterThanOrEqual):
+        return rng.above(value, isinstance(f, sds.GreaterThan))
+    if isinstance(f, sds.LessThan | sds.LessThanOrEqual):
+        return rng.below(value, isinstance(f, sds.LessThan))
+    if isinstance(f, sds.EqualTo):
+        return rng.above(value, False).below(value, False)
+    return rng
+
+
+@dataclass
+class SegmentPartition(sds.InputPartition):
+    """One segment to read: its object key in the store and its manifest entry's range."""
+
+    stream: str
+    key: str
+    first_offset: str
+    next_offset: str
+    records: int
+    bytes: int
+
+
+@dataclass
+class SegmentGroup(sds.InputPartition):
+    """What one Spark task reads: consecutive segments."""
+
+    segments: list[SegmentPartition]
+
+
+def pack(segments: list[SegmentPartition], max_bytes: int, min_partitions: int = 1) -> list[SegmentGroup]:
+    """Segments in runs of about equal bytes: enough runs to keep each under `max_bytes` (0: a run per segment)
+    and at least `min_partitions` of them while there are segments to spread, so every core gets work."""
+    if max_bytes <= 0:
+        return [SegmentGroup([s]) for s in segments]
+    total = sum(s.bytes for s in segments)
+    n = min(len(segments), max(min_partitions, -(-total // max_bytes)))
+    groups: list[SegmentGroup] = []
+    done = 0
+    for i, seg in enumerate(segments):
+        # A new run once the segment's middle passes this run's share of bytes, or when each remaining
+        # segment must start one.
+        short = n - len(groups)
+        passed = done + seg.bytes / 2 > total * len(groups) / n
+        if not groups or (short > 0 and (passed or len(segments) - i <= short)):
+            groups.append(SegmentGroup([]))
+        groups[-1].segments.append(seg)
+        done += seg.bytes
+    return groups
+
+
+_STORES: dict[tuple[str, StoreOptions], ObjectStore] = {}
+
+
+def store_for(opts: ReadOptions) -> ObjectStore:
+    """One store (boto3 client) per worker process and options, reused across tasks."""
+    key = (opts.store, opts.s3)
+    if key not in _STORES:
+        _STORES[key] = open_store(opts.store, opts.s3)
+    return _STORES[key]
+
+
+def _manifest_keys(store: ObjectStore, opts: ReadOptions, bounds: Bounds) -> list[str]:
+    if opts.stream is not None:
+        return [manifest_key(opts.bucket, opts.stream)]
+    if bounds.streams is not None:  # pushed `stream = …` / `stream IN (…)`: no listing needed
+        return [manifest_key(opts.bucket, s) for s in sorted(bounds.streams) if s.startswith(opts.prefix or "")]
+    # A quoted name has no '/', so a stream's manifest is exactly `{bucket}/{name}/manifest.json`.
+    listed = store.list(f"{opts.bucket}/{quote(opts.prefix or '', safe='-_.~')}")
+    return [k for k in listed if k.endswith("/manifest.json") and k.count("/") == 2]
+
+
+def plan(options: Mapping[str, str] | ReadOptions, bounds: Bounds | None = None) -> list[SegmentPartition]:
+    """The segments a read with these options (and pushed-down `bounds`) has to open, in stream/offset order."""
+    opts = options if isinstance(options, ReadOptions) else ReadOptions.parse(options)
+    b = bounds or opts.bounds
+    if b.nothing:
+        return []
+    store = store_for(opts)
+    out: list[SegmentPartition] = []
+    for key in _manifest_keys(store, opts, b):
+        try:
+            manifest = Manifest.from_json(store.get(key))
+        except KeyError:  # no such stream, or dropped since the listing
+            continue
+        name = manifest.stream
+        if (b.streams is not None and name not in b.streams) or not name.startswith(opts.prefix or ""):
+            continue
+        if opts.stream is not None and name != opts.stream:
+            continue
+        base = key[: -len("manifest.json")]
+        for seg in manifest.segments:
+            in_offsets = b.offsets.overlaps(seg.first_offset, seg.next_offset, most_open=True)
+            if in_offsets and b.times.overlaps(seg.min_append_time * 1000, seg.max_append_time * 1000):
+                path, first, nxt = base + seg.path, seg.first_offset, seg.next_offset
+                out.append(SegmentPartition(name, path, first, nxt, seg.records, seg.bytes))
+    return out
+
+
+def pick_row_groups(meta: pq.FileMetaData, bounds: Bounds) -> list[int]:
+    """The row groups whose statistics may hold rows inside `bounds` (all of them when stats are missing)."""
+    names = meta.schema.to_arrow_schema().names
+    off_i, time_i = names.index("offset"), names.index("append_time")
+    keep = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        off, ts = rg.column(off_i).statistics, rg.column(time_i).statistics
+        if off is not None and off.has_min_max and not bounds.offsets.overlaps(off.min, off.max):
+            continue
+        if ts is not None and ts.has_min_max and not bounds.times.overlaps(_micros(ts.min, ""), _micros(ts.max, "")):
+            continue
+        keep.append(i)
+    return keep
+
+
+def read_segment(data: bytes, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The segment's rows inside `bounds`, as batches of `schema` (Spark's Arrow types), a row group at a time."""
+    pf = pq.ParquetFile(pa.BufferReader(data))
+    for group in pick_row_groups(pf.metadata, bounds):
+        # One thread: Spark already runs a task per core, more would only contend with them.
+        table = pf.read_row_group(group, use_threads=False).cast(schema)
+        for rng, column, kind in (
+            (bounds.offsets, "offset", pa.string()),
+            (bounds.times, "append_time", pa.timestamp("us", tz="UTC")),
+        ):
+            mask = rng.mask(table[column], kind)
+            if mask is not None and not pc.all(mask).as_py():
+                table = table.filter(mask)
+        yield from table.to_batches()
+
+
+class RillReader(sds.DataSourceReader):
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.bounds = opts.bounds
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+    def pushFilters(self, filters: list[sds.Filter]) -> Iterable[sds.Filter]:  # noqa: N802 (Spark's name)
+        for f in filters:
+            self.bounds = narrow(self.bounds, f, self.opts.bucket)
+        # Every filter goes back to Spark, which re-checks rows: here they only prune, never decide.
+        return list(filters)
+
+    def partitions(self) -> list[sds.InputPartition]:
+        return list(pack(plan(self.opts, self.bounds), self.opts.max_partition_bytes, self.opts.min_partitions))
+
+    def read(self, partition: sds.InputPartition) -> Iterator[pa.RecordBatch]:
+        # Anything else is Spark's stand-in partition for an empty plan.
+        segments = partition.segments if isinstance(partition, SegmentGroup) else []
+        store = store_for(self.opts)
+        for seg in segments:
+            try:
+                data = store.get(seg.key)
+            except KeyError:
+                raise FileNotFoundError(f"segment {seg.key} listed in its manifest is missing") from None
+            yield from read_segment(data, self.bounds, self.arrow_schema)
+
+
+class RillDataSource(sds.DataSource):
+    """`spark.read.format("rill").option("store", …).option("bucket", …).load()`."""
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        self.read_options = ReadOptions.parse(options)  # fails at load(), with the option's name
+
+    @classmethod
+    def name(cls) -> str:
+        return "rill"
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> sds.DataSourceReader:
+        return RillReader(self.read_options, schema)

@@ -1,0 +1,147 @@
+"""One Spark session, one moto S3 server, and the same cold-tier layout written to an S3 and a file store."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from app.protocol.offsets import format_offset
+from app.tiering.segment import Manifest, Record, SegmentEntry, build, manifest_key, segment_key, stream_dir
+from app.tiering.store import ObjectStore, StoreOptions, open_store
+
+BASE_MS = 1_709_337_590_000  # 2024-03-01T23:59:50Z: "orders" crosses midnight after its 10th record
+S3_BUCKET = "cold"
+FAKE_KEYS = {"access_key_id": "testing", "secret_access_key": "testing", "region": "us-east-1"}
+
+# bucket -> stream -> records per segment. "big" holds one segment of several 1 MiB row groups.
+LAYOUT: dict[str, dict[str, list[int]]] = {
+    "b1": {"orders": [10, 10, 10], "logs/app": [4, 3], "logs/db": [5], "logsx": [2], "big": [14]},
+    "b2": {"orders": [3]},
+}
+BIG_PAYLOAD = 300 * 1024
+
+
+@dataclass
+class Cold:
+    """A store holding LAYOUT, and what was written to it."""
+
+    kind: str
+    options: dict[str, str]  # the data source options reaching the store (no bucket)
+    store: ObjectStore
+    records: dict[tuple[str, str], list[Record]] = field(default_factory=dict)
+    manifests: dict[tuple[str, str], Manifest] = field(default_factory=dict)
+
+    def opts(self, bucket: str = "b1", **extra: str) -> dict[str, str]:
+        return {**self.options, "bucket": bucket, **extra}
+
+    def payload(self, bucket: str, stream: str, lo: int = 0, hi: int | None = None) -> bytes:
+        """The bytes of the stream's records starting in [lo, hi)."""
+        recs = self.records[(bucket, stream)]
+        return b"".join(r.payload for r in recs if lo <= r.pos and (hi is None or r.pos < hi))
+
+
+def _payload(stream: str, i: int) -> bytes:
+    if stream == "big":
+        return bytes([i % 251]) * BIG_PAYLOAD
+    return f"{stream}#{i}:{'x' * (i % 7)};".encode()
+
+
+def write_stream(store: ObjectStore, bucket: str, stream: str, sizes: list[int]) -> tuple[list[Record], Manifest]:
+    """Segments of `sizes` records each and their manifest, the way the server lays them out."""
+    manifest = Manifest(bucket, stream, "text/plain")
+    records: list[Record] = []
+    pos = 0
+    for size in sizes:
+        seg: list[Record] = []
+        for _ in range(size):
+            i = len(records) + len(seg)
+            producer = ("p1", 1, i) if i % 3 == 0 else None
+            payload = _payload(stream, i)
+            seg.append(Record(pos, BASE_MS + i * 1000, payload, producer))
+            pos += len(payload)
+        data = build(bucket, stream, "text/plain", seg)
+        key = segment_key(bucket, stream, seg[0].pos, pos)
+        store.put(key, data)
+        entry = SegmentEntry(
+            path=key[len(stream_dir(bucket, stream)) + 1 :],
+            first_offset=format_offset(seg[0].pos),
+            next_offset=format_offset(pos),
+            records=len(seg),
+            bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            min_append_time=seg[0].time,
+            max_append_time=seg[-1].time,
+        )
+        manifest.segments.append(entry)
+        records.extend(seg)
+    store.put(manifest_key(bucket, stream), manifest.to_json())
+    return records, manifest
+
+
+def fill(cold: Cold) -> Cold:
+    for bucket, streams in LAYOUT.items():
+        for stream, sizes in streams.items():
+            recs, manifest = write_stream(cold.store, bucket, stream, sizes)
+            cold.records[(bucket, stream)] = recs
+            cold.manifests[(bucket, stream)] = manifest
+    # Objects a reader must not mistake for data: a segment no manifest lists yet (mid-upload) and a
+    # nested key that only looks like a manifest.
+    orphan = [Record(10_000, BASE_MS, b"orphan")]
+    cold.store.put(segment_key("b1", "orders", 10_000, 10_006), build("b1", "orders", "text/plain", orphan))
+    cold.store.put("b1/orders/segments/manifest.json", b"not json")
+    return cold
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket=S3_BUCKET)
+    yield url
+    server.stop()
+
+
+def s3_options(moto_url: str, prefix: str) -> dict[str, str]:
+    return {"store": f"s3://{S3_BUCKET}/{prefix}", "s3_endpoint_url": moto_url, "path_style": "true", **FAKE_KEYS}
+
+
+@pytest.fixture(scope="session")
+def file_cold(tmp_path_factory: pytest.TempPathFactory) -> Cold:
+    root: Path = tmp_path_factory.mktemp("cold")
+    return fill(Cold("file", {"store": root.as_uri()}, open_store(root.as_uri())))
+
+
+@pytest.fixture(scope="session")
+def s3_cold(moto_url: str) -> Cold:
+    options = s3_options(moto_url, "tier")
+    store = open_store(options["store"], StoreOptions(endpoint_url=moto_url, path_style=True, **FAKE_KEYS))
+    return fill(Cold("s3", options, store))
+
+
+@pytest.fixture(params=["file", "s3"])
+def cold(request: pytest.FixtureRequest) -> Cold:
+    """The layout in each kind of store: every test using it runs against both."""
+    return request.getfixturevalue(f"{request.param}_cold")  # type: ignore[no-any-return]

@@ -1,0 +1,281 @@
+"""The `rill` data source against S3 (moto) and a directory: rows, selection, pruning, empty reads, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNull, LessThan, LessThanOrEqual
+
+from app.pipeline import PUSHDOWN_CONF
+from app.pipeline.datasource import (
+    SPARK_SCHEMA,
+    Bounds,
+    ReadOptions,
+    RillReader,
+    SegmentGroup,
+    SegmentPartition,
+    narrow,
+    pack,
+    pick_row_groups,
+    plan,
+)
+from app.protocol.offsets import format_offset
+from app.tiering.segment import SCHEMA, Record
+from tests.pipeline.conftest import LAYOUT, Cold
+
+Keep = Callable[[Record], bool]
+
+
+def load(spark: SparkSession, options: dict[str, str]) -> DataFrame:
+    return spark.read.format("rill").options(**options).load()
+
+
+def rows(df: DataFrame) -> list[tuple[Any, ...]]:
+    """Every row as a plain tuple (append_time as ms), in stream/offset order."""
+    cols = [F.unix_millis(c).alias(c) if c == "append_time" else F.col(c) for c in SCHEMA.names]
+    out = [tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in df.select(*cols).collect()]
+    return sorted(out)
+
+
+def expected(cold: Cold, bucket: str, streams: list[str], keep: Keep = lambda r: True) -> list[tuple[Any, ...]]:
+    out = []
+    for stream in streams:
+        for r in cold.records[(bucket, stream)]:
+            if keep(r):
+                nxt = format_offset(r.pos + len(r.payload))
+                out.append(
+                    (
+                        bucket,
+                        stream,
+                        format_offset(r.pos),
+                        nxt,
+                        r.time,
+                        "text/plain",
+                        *(r.producer or (None,) * 3),
+                        r.payload,
+                    )
+                )
+    return sorted(out)
+
+
+def segments(cold: Cold, bucket: str, streams: list[str] | dict[str, list[int]]) -> int:
+    return sum(len(cold.manifests[(bucket, s)].segments) for s in streams)
+
+
+def utc(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def test_register_turns_filter_pushdown_on(spark: SparkSession) -> None:
+    assert spark.conf.get(PUSHDOWN_CONF) == "true"
+
+
+def test_reads_every_record_of_the_bucket(spark: SparkSession, cold: Cold) -> None:
+    df = load(spark, cold.opts())
+    assert df.columns == SCHEMA.names
+    # One partition per manifest entry: the orphan segment no manifest lists is not read.
+    assert df.rdd.getNumPartitions() == segments(cold, "b1", LAYOUT["b1"]) == 8
+    assert rows(df) == expected(cold, "b1", list(LAYOUT["b1"]))
+    logs = df.filter(F.col("stream") == "logs/app").orderBy("offset").select("payload").collect()
+    assert b"".join(r.payload for r in logs) == cold.payload("b1", "logs/app")
+
+
+def test_selects_a_stream_a_prefix_or_a_bucket(spark: SparkSession, cold: Cold) -> None:
+    cases: list[tuple[dict[str, str], list[str]]] = [
+        ({"stream": "logs/app"}, ["logs/app"]),
+        ({"prefix": "logs/"}, ["logs/app", "logs/db"]),
+        ({"prefix": "logs"}, ["logs/app", "logs/db", "logsx"]),
+    ]
+    for extra, streams in cases:
+        df = load(spark, cold.opts(**extra))
+        assert sorted(r.stream for r in df.select("stream").distinct().collect()) == streams, extra
+        assert len(plan(cold.opts(**extra))) == df.rdd.getNumPartitions() == segments(cold, "b1", streams)
+    assert rows(load(spark, cold.opts("b2"))) == expected(cold, "b2", ["orders"])
+
+
+def test_pushed_down_filters_prune_segments_and_rows_stay_exact(spark: SparkSession, cold: Cold) -> None:
+    df = load(spark, cold.opts())
+    orders = cold.records[("b1", "orders")]  # segments of records 0-9, 10-19, 20-29
+    x, y = orders[15], orders[17]
+    is_orders = F.col("stream") == "orders"
+    off, at = F.col("offset"), F.col("append_time")
+    cases: list[tuple[Any, int, list[str], Keep]] = [
+        (is_orders & (off >= format_offset(x.pos)), 2, ["orders"], lambda r: r.pos >= x.pos),
+        (is_orders & (off < format_offset(x.pos)), 2, ["orders"], lambda r: r.pos < x.pos),
+        (
+            is_orders & (off > format_offset(x.pos)) & (off <= format_offset(y.pos)),
+            1,
+            ["orders"],
+            lambda r: x.pos < r.pos <= y.pos,
+        ),
+        (is_orders & (at >= utc(orders[25].time)), 1, ["orders"], lambda r: r.time >= orders[25].time),
+        (is_orders & (at < utc(orders[10].time)), 1, ["orders"], lambda r: r.time < orders[10].time),
+        (F.col("stream").isin("logs/app", "logs/db"), 3, ["logs/app", "logs/db"], lambda r: True),
+    ]
+    for cond, parts, streams, keep in cases:
+        filtered = df.filter(cond)
+        assert filtered.rdd.getNumPartitions() == parts, cond
+        assert rows(filtered) == expected(cold, "b1", streams, keep), cond
+    # A filter on another bucket leaves nothing to plan: Spark's single empty stand-in partition.
+    other = df.filter(F.col("bucket") == "b2")
+    assert other.rdd.getNumPartitions() == 1
+    assert other.count() == 0
+
+
+def test_offset_and_time_options_prune_and_filter_rows(spark: SparkSession, cold: Cold) -> None:
+    orders = cold.records[("b1", "orders")]
+    x, y = orders[15], orders[22]
+    by_offset = cold.opts(stream="orders", from_offset=format_offset(x.pos), to_offset=format_offset(y.pos))
+    assert len(plan(by_offset)) == 2
+    assert rows(load(spark, by_offset)) == expected(cold, "b1", ["orders"], lambda r: x.pos <= r.pos < y.pos)
+
+    start = utc(orders[12].time).isoformat()  # 2024-03-02T00:00:02+00:00
+    by_time = cold.opts(stream="orders", start_time=start, end_time=str(orders[25].time))
+    assert len(plan(by_time)) == 2
+    keep: Keep = lambda r: orders[12].time <= r.time < orders[25].time  # noqa: E731
+    assert rows(load(spark, by_time)) == expected(cold, "b1", ["orders"], keep)
+
+    big = cold.records[("b1", "big")]
+    middle = cold.opts(stream="big", from_offset=format_offset(big[9].pos))
+    assert rows(load(spark, middle)) == expected(cold, "b1", ["big"], lambda r: r.pos >= big[9].pos)
+
+
+def test_plan_keeps_exactly_the_segments_touching_the_range(file_cold: Cold) -> None:
+    seg = file_cold.manifests[("b1", "orders")].segments
+    firsts = [s.first_offset for s in seg]
+    boundary = int(seg[1].first_offset[-16:])
+
+    def planned(**extra: str) -> list[str]:
+        return [p.first_offset for p in plan(file_cold.opts(stream="orders", **extra))]
+
+    assert planned() == firsts
+    assert planned(from_offset=seg[1].first_offset) == firsts[1:]
+    assert planned(from_offset=str(boundary - 1)) == firsts  # a bare position works like its token
+    assert planned(to_offset=seg[1].first_offset) == firsts[:1]  # exclusive
+    assert planned(to_offset=format_offset(boundary + 1)) == firsts[:2]
+    assert planned(from_offset=seg[2].next_offset) == []
+    assert planned(start_time=str(seg[2].min_append_time)) == firsts[2:]
+    assert planned(end_time=str(seg[2].min_append_time)) == firsts[:2]  # exclusive
+    assert planned(end_time=str(seg[2].min_append_time + 1)) == firsts
+    assert planned(start_time=utc(seg[2].max_append_time + 1).isoformat()) == []
+    # A zone in an ISO time is honoured: 01:00+01:00 is midnight UTC, the first time of segment 1.
+    assert planned(start_time="2024-03-02T01:00:00+01:00") == firsts[1:]
+    keys = [p.key for p in plan(file_cold.opts(stream="orders"))]
+    assert keys == [f"b1/orders/{s.path}" for s in seg]
+
+
+def test_narrow_reads_pushed_filters(file_cold: Cold) -> None:
+    seg = file_cold.manifests[("b1", "orders")].segments
+
+    def planned(*filters: Any) -> list[tuple[str, str]]:
+        bounds = ReadOptions.parse(file_cold.opts()).bounds
+        for f in filters:
+            bounds = narrow(bounds, f, "b1")
+        return [(p.stream, p.first_offset) for p in plan(file_cold.opts(), bounds)]
+
+    orders = EqualTo(("stream",), "orders")
+    firsts = [("orders", s.first_offset) for s in seg]
+    # A manifest does not say where a segment's last record starts, so only `next_offset` can rule it out.
+    assert planned(orders, GreaterThan(("offset",), seg[0].next_offset)) == firsts[1:]
+    assert planned(orders, GreaterThanOrEqual(("offset",), seg[1].next_offset)) == firsts[2:]
+    assert planned(orders, LessThan(("offset",), seg[1].first_offset)) == firsts[:1]
+    assert planned(orders, LessThanOrEqual(("offset",), seg[1].first_offset)) == firsts[:2]
+    assert planned(In(("stream",), ("logsx", "nope"))) == [("logsx", format_offset(0))]
+    assert planned(orders, In(("stream",), ("logsx",))) == []  # both must hold
+    assert planned(orders, IsNull(("offset",)), GreaterThan(("offset",), 5)) == firsts  # not understood: no pruning
+    assert narrow(Bounds(), EqualTo(("bucket",), "b2"), "b1").nothing
+
+
+def test_row_groups_are_pruned_by_statistics(cold: Cold, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = cold.records[("b1", "big")]
+    (part,) = plan(cold.opts(stream="big"))
+    meta = pq.ParquetFile(pa.BufferReader(cold.store.get(part.key))).metadata
+    assert meta.num_row_groups == 4  # records 0-3, 4-7, 8-11, 12-13
+
+    def groups(**extra: str) -> list[int]:
+        return pick_row_groups(meta, ReadOptions.parse(cold.opts(**extra)).bounds)
+
+    assert groups() == [0, 1, 2, 3]
+    assert groups(from_offset=format_offset(big[9].pos)) == [2, 3]
+    assert groups(to_offset=format_offset(big[4].pos)) == [0]  # record 4 starts group 1: excluded
+    assert groups(start_time=str(big[12].time)) == [3]
+
+    # The reader decodes only the groups it picked.
+    read: list[int] = []
+    original = pq.ParquetFile.read_row_group
+
+    def spy(self: pq.ParquetFile, i: int, *args: Any, **kwargs: Any) -> pa.Table:
+        read.append(i)
+        return original(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    reader = RillReader(ReadOptions.parse(cold.opts(stream="big", from_offset=format_offset(big[9].pos))), SPARK_SCHEMA)
+    batches = list(reader.read(SegmentGroup([part])))
+    assert read == [2, 3]
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == [format_offset(r.pos) for r in big[9:]]
+
+
+def test_packed_partitions_read_the_same_rows(spark: SparkSession, cold: Cold) -> None:
+    options = cold.opts(max_partition_bytes=str(1 << 30), min_partitions="3")
+    df = load(spark, options)
+    assert df.rdd.getNumPartitions() == 3
+    assert rows(df) == expected(cold, "b1", list(LAYOUT["b1"]))
+
+
+def test_pack_spreads_segments_in_runs_of_about_equal_bytes() -> None:
+    segs = [SegmentPartition("s", f"k{i}", "", "", 1, size) for i, size in enumerate([10, 10, 10, 10, 100, 10, 10])]
+
+    def runs(max_bytes: int, least: int = 1) -> list[list[int]]:
+        return [[int(s.key[1:]) for s in g.segments] for g in pack(segs, max_bytes, least)]
+
+    assert runs(0) == [[i] for i in range(7)]  # the default: a partition per segment
+    assert runs(1000) == [list(range(7))]
+    assert runs(1000, 2) == [[0, 1, 2, 3], [4, 5, 6]]  # halves by bytes, as near as whole segments allow
+    assert runs(80) == [[0, 1, 2, 3], [4, 5, 6]]  # 160 bytes need 2 runs
+    assert runs(1000, 100) == [[i] for i in range(7)]  # never more runs than segments
+    assert runs(1000, 3) == [[0, 1, 2, 3], [4], [5, 6]]
+    assert pack([], 1000, 4) == []
+
+
+def test_missing_data_reads_as_an_empty_frame(spark: SparkSession, cold: Cold) -> None:
+    for options in (cold.opts("empty"), cold.opts(stream="nope"), cold.opts(prefix="zzz")):
+        assert plan(options) == []
+        df = load(spark, options)
+        assert df.columns == SCHEMA.names
+        assert df.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"bucket": "b1"}, "option 'store' is required"),
+        ({"store": "file:///tmp"}, "option 'bucket' is required"),
+        ({"store": "ftp://host/x", "bucket": "b1"}, "unsupported store URL"),
+        ({"store": "file:///tmp", "bucket": "b1", "stream": "a", "prefix": "b"}, "'stream' and 'prefix' are exclusive"),
+        (
+            {"store": "file:///tmp", "bucket": "b1", "from_offset": "abc"},
+            "option 'from_offset' must be an offset token",
+        ),
+        ({"store": "file:///tmp", "bucket": "b1", "end_time": "yesterday"}, "option 'end_time' must be an ISO 8601"),
+        ({"store": "file:///tmp", "bucket": "b1", "strem": "x"}, "unknown rill option(s) ['strem']"),
+        ({"store": "file:///tmp", "bucket": "b1", "path_style": "maybe"}, "'path_style' must be true or false"),
+        ({"store": "file:///tmp", "bucket": "b1", "min_partitions": "0"}, "'min_partitions' must be a whole number"),
+        ({"store": "file:///tmp", "bucket": "b1", "max_partition_bytes": "1e6"}, "'max_partition_bytes' must be"),
+    ],
+)
+def test_bad_options_are_refused(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ReadOptions.parse(options)
+
+
+def test_bad_options_fail_at_load(spark: SparkSession) -> None:
+    with pytest.raises(Exception, match="option 'bucket' is required"):
+        spark.read.format("rill").option("store", "file:///tmp").load()
