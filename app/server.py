@@ -157,6 +157,7 @@ def create_app(settings: Settings) -> ASGIApp:
             settings.forward_writes,
             cold=SegmentCache(store, settings.cold_cache_bytes),
             hot_backlog_budget=settings.hot_backlog_budget,
+            store=store,
         )
         app.state.engine = engine
         tiering = TieringWorker(

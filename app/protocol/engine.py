@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,7 +18,7 @@ from app.state_machine.commands import Append, CollectExpired, Command, CreateSt
 from app.state_machine.machine import StateMachine
 from app.state_machine.reader import Chunk, ColdMiss, ColdSource
 from app.state_machine.records import SegmentInfo, StreamMeta
-from app.tiering.store import StoreUnavailable
+from app.tiering.store import ObjectStore, StoreUnavailable
 
 log = logging.getLogger("rill.engine")
 
@@ -40,6 +41,8 @@ class Limits:
     long_poll_seconds: float = 20.0
     sse_max_seconds: float = 60.0
     sse_ping_seconds: float = 15.0
+    snapshot_max_bytes: int = 64 * 1024 * 1024
+    bootstrap_max_bytes: int = 8 * 1024 * 1024
 
 
 def _adds_data(command: Command) -> bool:
@@ -61,9 +64,13 @@ class Engine:
         forward_writes: bool = False,
         cold: ColdCache | None = None,
         hot_backlog_budget: int = 2 << 30,
+        store: ObjectStore | None = None,
     ) -> None:
         self.node = node
         self.cold = cold
+        self.store = store
+        # Keys being uploaded and not yet recorded: the deletion queue must leave them alone.
+        self.uploading: set[str] = set()
         self.hot_backlog_budget = hot_backlog_budget
         # Static configuration until a membership change is applied; then the replicated one.
         self.static_membership = Membership(dict(peers or {node.id: ""}))
@@ -105,11 +112,19 @@ class Engine:
         await self.read_barrier()
         return self.find(bucket, name)
 
-    async def read(self, meta: StreamMeta, pos: int) -> Chunk:
+    @contextlib.asynccontextmanager
+    async def uploading_key(self, key: str) -> AsyncIterator[None]:
+        self.uploading.add(key)
+        try:
+            yield
+        finally:
+            self.uploading.discard(key)
+
+    async def read(self, meta: StreamMeta, pos: int, whole_records: bool = False) -> Chunk:
         """The chunk at `pos`, fetching segments that are only in the object store as the read reaches them."""
         while True:
             try:
-                chunk = self.machine.read(meta, pos, self.limits.read_chunk_bytes, self.cold)
+                chunk = self.machine.read(meta, pos, self.limits.read_chunk_bytes, self.cold, whole_records)
                 self._read_ahead(meta, chunk.next_pos)
                 return chunk
             except ColdMiss as miss:

@@ -10,7 +10,7 @@ from app.protocol.errors import ProtocolError, bad_request
 from app.protocol.headers import single_query
 from app.protocol.http import Call, Reply
 from app.protocol.offsets import format_offset, parse_offset
-from app.protocol.responses import CACHE_PUBLIC, NO_STORE, etag, metadata_headers
+from app.protocol.responses import CACHE_PUBLIC, NO_STORE, etag, metadata_headers, trimmed
 from app.protocol.target import StreamTarget
 from app.state_machine.reader import Chunk
 from app.state_machine.records import StreamMeta
@@ -37,9 +37,13 @@ def parse_read(call: Call) -> ReadRequest:
 
 
 def start_position(meta: StreamMeta, offset: str | None) -> int:
-    pos = parse_offset(offset if offset is not None else "-1", meta.tail)
+    if offset is None or offset == "-1":
+        return meta.earliest  # the start of what retention has kept
+    pos = parse_offset(offset, meta.tail)
     if pos > meta.tail:
         raise bad_request("offset is beyond the stream's tail", "offset_out_of_range")
+    if pos < meta.earliest:
+        raise trimmed(meta)
     return pos
 
 

@@ -24,6 +24,15 @@ _ERRORS: dict[Code, tuple[int, str]] = {
     Code.STALE_EPOCH: (403, "producer epoch is stale"),
     Code.SEQ_GAP: (409, "producer sequence gap"),
     Code.BAD_EPOCH_SEQ: (400, "a new producer epoch must start at seq 0"),
+    Code.NOT_BOUNDARY: (400, "the offset is not a message boundary"),
+    Code.BEYOND_TAIL: (409, "the offset is past the stream's tail"),
+    Code.TRIMMED: (410, "the offset is before the retained history"),
+    Code.RETENTION_BACKWARDS: (409, "retention never moves backwards"),
+    Code.BEYOND_SNAPSHOT: (409, "retention may not pass the latest snapshot"),
+    Code.SNAPSHOT_CONFLICT: (409, "a different snapshot exists at this offset"),
+    Code.SNAPSHOT_MISMATCH: (409, "the latest snapshot does not match Stream-Snapshot-Match"),
+    Code.SNAPSHOT_NOT_FOUND: (404, "no snapshot at this offset"),
+    Code.SNAPSHOT_LATEST: (409, "the latest snapshot cannot be deleted"),
 }
 
 CACHE_PUBLIC = "public, max-age=60, stale-while-revalidate=300"
@@ -42,6 +51,8 @@ def raise_for(outcome: Outcome) -> None:
         headers["stream-next-offset"] = format_offset(outcome.next_pos)
     elif outcome.code is Code.STALE_EPOCH and outcome.producer_epoch is not None:
         headers["producer-epoch"] = str(outcome.producer_epoch)
+    elif outcome.code in (Code.TRIMMED, Code.RETENTION_BACKWARDS):
+        headers["stream-earliest-offset"] = format_offset(outcome.earliest)
     elif outcome.code is Code.SEQ_GAP:
         headers["producer-expected-seq"] = str(outcome.expected_seq)
         headers["producer-received-seq"] = str(outcome.received_seq)
@@ -63,6 +74,7 @@ def metadata_headers(meta: StreamMeta) -> dict[str, str]:
     headers = {
         "content-type": meta.content_type,
         "stream-next-offset": format_offset(meta.tail),
+        "stream-earliest-offset": format_offset(meta.earliest),
         "cache-control": NO_STORE,
     }
     if meta.ttl is not None:
@@ -72,6 +84,13 @@ def metadata_headers(meta: StreamMeta) -> dict[str, str]:
     if meta.closed:
         headers["stream-closed"] = "true"
     return headers
+
+
+def trimmed(meta: StreamMeta) -> ProtocolError:
+    return ProtocolError(
+        410, Code.TRIMMED.value, "the offset is before the retained history",
+        {"stream-earliest-offset": format_offset(meta.earliest)},
+    )  # fmt: skip
 
 
 def etag(meta: StreamMeta, start: int, end: int, closed: bool) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.protocol.attrs import parse_attrs
 from app.protocol.bodies import json_record, read_body
 from app.protocol.engine import Engine
 from app.protocol.errors import ProtocolError, bad_request
@@ -17,6 +18,7 @@ from app.protocol.headers import (
 from app.protocol.http import Call, Reply
 from app.protocol.offsets import parse_position
 from app.protocol.responses import raise_for, write_headers
+from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
 from app.state_machine.reader import media_type
@@ -54,6 +56,8 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     if fork_from is None and (fork_offset_raw is not None or sub_raw is not None):
         raise bad_request("fork offsets need Stream-Forked-From", "invalid_fork")
     fork_sub = parse_sub_offset(sub_raw)
+    attrs = parse_attrs(h["stream-attrs"].encode()) if "stream-attrs" in h else b""
+    retention_age, retention_bytes = parse_retention(h.get("stream-retention"))
     fork_name = target.resolve(fork_from) if fork_from is not None else None
     fork_offset = None
     if fork_offset_raw is not None and fork_offset_raw != "now":
@@ -84,6 +88,9 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
             content_type_given=content_type is not None,
             touched=_touched(engine, target),
             evicted_record=await _evicted_record(engine, target, fork_name, fork_offset) if fork_sub else None,
+            attrs=attrs,
+            retention_age=retention_age,
+            retention_bytes=retention_bytes,
         )
     )
     raise_for(outcome)

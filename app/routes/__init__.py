@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.protocol.buckets import serve_bucket
 from app.protocol.errors import LeaderOnly, ProtocolError, error_reply, render_error
+from app.protocol.extensions import Extension, serve_extension
 from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
 from app.routes import compat, ds, legacy
@@ -68,6 +69,12 @@ class StreamRoutes:
                 target = ds.target(path)
                 if isinstance(target, str):
                     await serve_bucket(engine, call, target, send)
+                    return
+                if isinstance(target, Extension):
+                    try:
+                        await serve_extension(engine, call, target, send)
+                    except LeaderOnly:
+                        await send_reply(send, leader_redirect(engine.leader_url(), scope))
                     return
             else:
                 family = next(f for f in _BUILTIN if path.startswith(f.prefix))

@@ -41,6 +41,9 @@ class CreateStream(msgspec.Struct, tag="cs", array_like=True):
     content_type_given: bool = True
     touched: int = 0  # the leader's latest local read of an existing stream (sliding TTL)
     evicted_record: bytes | None = None  # the source record at fork_offset, when only the cold tier has it
+    attrs: bytes = b""  # canonical JSON from Stream-Attrs; part of idempotent-create matching
+    retention_age: int | None = None
+    retention_bytes: int | None = None
 
 
 class Append(msgspec.Struct, tag="ap", array_like=True):
@@ -52,6 +55,50 @@ class Append(msgspec.Struct, tag="ap", array_like=True):
     producer: Producer | None = None
     close: bool = False
     touched: int = 0
+
+
+class AppendBatch(msgspec.Struct, tag="ab", array_like=True):
+    """Frames appended one after another in one entry; each has its own outcome."""
+
+    bucket: str
+    stream: str
+    content_type: str | None
+    bodies: list[bytes]
+    touched: int = 0
+
+
+class SetAttrs(msgspec.Struct, tag="sa", array_like=True):
+    bucket: str
+    stream: str
+    attrs: bytes  # canonical JSON object
+
+
+class Retain(msgspec.Struct, tag="rt", array_like=True):
+    """Discards the stream's history before `pos`. `auto` (the leader's retention sweep) stops at
+    the latest snapshot instead of failing past it."""
+
+    bucket: str
+    stream: str
+    pos: int
+    auto: bool = False
+
+
+class PublishSnapshot(msgspec.Struct, tag="ps", array_like=True):
+    bucket: str
+    stream: str
+    pos: int
+    content_type: str
+    sha256: str
+    size: int
+    inline: bytes | None = None  # small blobs live in the state machine
+    key: str | None = None  # large ones in the object store, uploaded before this was proposed
+    match: str | None = None  # compare-and-set: the latest snapshot's digest must be this
+
+
+class DeleteSnapshot(msgspec.Struct, tag="xs", array_like=True):
+    bucket: str
+    stream: str
+    pos: int
 
 
 class DeleteStream(msgspec.Struct, tag="ds", array_like=True):
@@ -114,6 +161,11 @@ Command = (
     | TierSegment
     | Evict
     | ForgetObjects
+    | AppendBatch
+    | SetAttrs
+    | Retain
+    | PublishSnapshot
+    | DeleteSnapshot
 )
 
 
@@ -146,6 +198,15 @@ class Code(Enum):
     BUCKET_NOT_EMPTY = "bucket_not_empty"
     GONE = "gone"
     STALE = "stale"
+    NOT_BOUNDARY = "offset_not_boundary"
+    BEYOND_TAIL = "offset_beyond_tail"
+    TRIMMED = "offset_trimmed"
+    RETENTION_BACKWARDS = "retention_backwards"
+    BEYOND_SNAPSHOT = "retention_beyond_snapshot"
+    SNAPSHOT_CONFLICT = "snapshot_conflict"
+    SNAPSHOT_MISMATCH = "snapshot_match_failed"
+    SNAPSHOT_NOT_FOUND = "snapshot_not_found"
+    SNAPSHOT_LATEST = "snapshot_is_latest"
     CONFIG_MISMATCH = "config_mismatch"
     CONTENT_TYPE_MISMATCH = "content_type_mismatch"
     STREAM_CLOSED = "stream_closed"
@@ -169,3 +230,7 @@ class Outcome(msgspec.Struct):
     expected_seq: int | None = None
     received_seq: int | None = None
     fresh_producer: bool = False  # a producer append that was accepted (200, not 204)
+    earliest: int = 0
+    batch: list[Outcome] | None = None  # AppendBatch: one outcome per frame
+    snapshot_pos: int | None = None
+    snapshot_sha256: str | None = None

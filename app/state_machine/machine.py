@@ -16,20 +16,26 @@ from app.raft.messages import MEMBERSHIP, Entry, Membership, decode_membership
 from app.state_machine import records as r
 from app.state_machine.commands import (
     Append,
+    AppendBatch,
     Code,
     CollectExpired,
     CreateBucket,
     CreateStream,
     DeleteBucket,
+    DeleteSnapshot,
     DeleteStream,
     Evict,
     ForgetObjects,
     Outcome,
     Producer,
+    PublishSnapshot,
+    Retain,
+    SetAttrs,
     TierSegment,
     Touch,
     decode_envelope,
 )
+from app.state_machine.history import HistoryRules
 from app.state_machine.producers import Verdict, expected_seq, judge
 from app.state_machine.reader import StreamReader, media_type
 from app.storage.kv import KV, Batch
@@ -47,7 +53,7 @@ COMPAT_BUCKET = "compat.v1"
 BUILTIN_BUCKETS = (LEGACY_BUCKET, COMPAT_BUCKET)
 
 
-class StateMachine(StreamReader):
+class StateMachine(HistoryRules):
     def __init__(self, kv: KV, on_change: Callable[[set[int]], None] | None = None) -> None:
         super().__init__(kv)
         self._load()
@@ -63,6 +69,11 @@ class StateMachine(StreamReader):
             TierSegment: self._tier_segment,
             Evict: self._evict,
             ForgetObjects: self._forget_objects,
+            AppendBatch: self._append_batch,
+            SetAttrs: self._set_attrs,
+            Retain: self._retain,
+            PublishSnapshot: self._publish_snapshot,
+            DeleteSnapshot: self._delete_snapshot,
         }
         self._batch = Batch()
         self._dirty: set[int] = set()
@@ -188,6 +199,8 @@ class StateMachine(StreamReader):
             if cmd.content_type_given and media_type(source.content_type) != media_type(cmd.content_type):
                 return Outcome(Code.CONTENT_TYPE_MISMATCH, "fork content type differs from its source")
             fork_offset = source.tail if cmd.fork_offset is None else cmd.fork_offset
+            if fork_offset < source.earliest:
+                return Outcome(Code.BAD_FORK_OFFSET, "fork offset is before the source's retained history")
             if fork_offset > source.tail or not self.is_boundary(source, fork_offset):
                 return Outcome(Code.BAD_FORK_OFFSET, "fork offset is not a message boundary of the source")
             fork_pos = fork_offset
@@ -208,6 +221,8 @@ class StateMachine(StreamReader):
                 and existing.ttl == ttl
                 and existing.expires_at == expires_at
                 and existing.closed == cmd.closed
+                and existing.attrs == cmd.attrs
+                and (existing.retention_age, existing.retention_bytes) == (cmd.retention_age, cmd.retention_bytes)
                 and existing.fork_of == (source.sid if source else None)
                 and (source is None or (existing.fork_offset, existing.fork_sub) == (fork_offset, cmd.fork_sub))
             )
@@ -233,6 +248,9 @@ class StateMachine(StreamReader):
             fork_sub=cmd.fork_sub,
             tiered=fork_pos,
             evicted=fork_pos,
+            attrs=cmd.attrs,
+            retention_age=cmd.retention_age,
+            retention_bytes=cmd.retention_bytes,
         )
         self.streams[sid] = meta
         self.names[(cmd.bucket, cmd.stream)] = sid
@@ -289,6 +307,14 @@ class StateMachine(StreamReader):
         outcome = self._record_producer(cmd.producer, meta, self._stream_outcome(Code.APPENDED, meta))
         outcome.fresh_producer = cmd.producer is not None and bool(cmd.body)
         return outcome
+
+    def _append_batch(self, cmd: AppendBatch, now: int) -> Outcome:
+        outcomes = [
+            self._append(Append(cmd.bucket, cmd.stream, cmd.content_type, body, touched=cmd.touched), now)
+            for body in cmd.bodies
+        ]
+        last = outcomes[-1] if outcomes else Outcome(Code.OK)
+        return Outcome(Code.OK, sid=last.sid, next_pos=last.next_pos, closed=last.closed, batch=outcomes)
 
     def _record_producer(self, p: Producer | None, meta: r.StreamMeta, outcome: Outcome) -> Outcome:
         if p is not None:
@@ -361,6 +387,7 @@ class StateMachine(StreamReader):
         self.local_bytes -= meta.tail - meta.evicted
         for segment in self.segments(sid, 0, meta.tail):
             self._enqueue_deletion(segment.key)
+        self._drop_snapshots(sid)
         self._batch.delete_range(r.SEGMENTS, r.sid_key(sid), r.sid_key(sid + 1))
         del self.streams[sid]
         del self.names[(meta.bucket, meta.name)]
@@ -422,9 +449,13 @@ class StateMachine(StreamReader):
             self._batch.delete(r.GC_QUEUE, key.encode())
         return Outcome(Code.OK)
 
-    def _enqueue_deletion(self, key: str) -> None:
+    def _enqueue_deletion(self, segment_key: str) -> None:
+        """A deleted stream's segment, and the manifest that listed it."""
+        self._enqueue_object(segment_key)
+        self._enqueue_object(manifest_of(segment_key))
+
+    def _enqueue_object(self, key: str) -> None:
         self._batch.put(r.GC_QUEUE, key.encode(), b"")
-        self._batch.put(r.GC_QUEUE, manifest_of(key).encode(), b"")
 
     def _stream_outcome(self, code: Code, meta: r.StreamMeta, message: str = "") -> Outcome:
         return Outcome(code, message, sid=meta.sid, next_pos=meta.tail, closed=meta.closed)

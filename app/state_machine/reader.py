@@ -180,8 +180,11 @@ class StreamReader:
             out.append((meta.sid, max(start, meta.fork_pos), end))
         return out
 
-    def read(self, meta: r.StreamMeta, pos: int, max_bytes: int, cold: ColdSource | None = None) -> Chunk:
-        """Records from `pos` up to about `max_bytes` (at least one whole JSON record).
+    def read(
+        self, meta: r.StreamMeta, pos: int, max_bytes: int, cold: ColdSource | None = None, whole: bool = False
+    ) -> Chunk:
+        """Records from `pos` up to about `max_bytes` (at least one whole JSON record; with `whole`,
+        byte records are never cut either).
 
         Evicted ranges come from `cold`, which raises ColdMiss for a segment it has yet to fetch.
         """
@@ -189,9 +192,10 @@ class StreamReader:
         for sid, lo, hi in self._ranges(meta, pos, meta.tail):
             for rec_pos, payload in self._pieces(sid, lo, hi, meta.json, cold):
                 room = max_bytes - chunk.size
-                if len(payload) > room and chunk.payloads and meta.json:
+                keep_whole = meta.json or whole
+                if len(payload) > room and chunk.payloads and keep_whole:
                     return chunk
-                if len(payload) > room and not meta.json:
+                if len(payload) > room and not keep_whole:
                     payload = payload[: max(room, 1)]
                 chunk.payloads.append(payload)
                 chunk.size += len(payload)

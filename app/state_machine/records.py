@@ -15,8 +15,9 @@ PRODUCERS = "producers"  # sid, producer id -> ProducerState
 SM_META = "sm_meta"  # applied index, next sid
 SEGMENTS = "segments"  # sid, first position -> SegmentInfo (tiered to the object store)
 GC_QUEUE = "gc_queue"  # object key -> b"": objects to delete from the object store
+STREAM_SNAPSHOTS = "stream_snapshots"  # sid, position -> PublishedSnapshot (applications' snapshots)
 # New families go at the end: a snapshot names a family by its position in this list.
-COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META, SEGMENTS, GC_QUEUE]
+COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META, SEGMENTS, GC_QUEUE, STREAM_SNAPSHOTS]
 
 APPLIED_KEY = b"applied"  # index and term of the last applied entry
 MEMBERSHIP_KEY = b"membership"  # the last applied Membership, as its entry carried it
@@ -57,6 +58,11 @@ class StreamMeta(msgspec.Struct, array_like=True):
     deleted: bool = False  # soft-deleted: kept while forks reference it
     tiered: int = 0  # own records below this are in object-store segments (starts at fork_pos)
     evicted: int = 0  # own records below this are no longer on local disk (<= tiered)
+    earliest: int = 0  # retention: reads below this answer 410
+    attrs: bytes = b""  # application-owned JSON object, canonical; empty when unset
+    retention_age: int | None = None  # seconds: automatic retention by append time
+    retention_bytes: int | None = None  # automatic retention by size
+    latest_snapshot: int | None = None  # position of the newest published snapshot
 
     def expiry(self) -> int | None:
         """The instant (ms) this stream expires, if it can."""
@@ -96,10 +102,22 @@ class SegmentInfo(msgspec.Struct, array_like=True, frozen=True):
         return len(self.starts) // 4
 
 
+class PublishedSnapshot(msgspec.Struct, array_like=True, frozen=True):
+    """An application's snapshot of a stream at a position: inline, or an object in the store."""
+
+    content_type: str
+    sha256: str
+    size: int
+    created_at: int
+    inline: bytes | None = None
+    key: str | None = None
+
+
 _meta_encoder = msgspec.msgpack.Encoder()
 _meta_decoder = msgspec.msgpack.Decoder(StreamMeta)
 _producer_decoder = msgspec.msgpack.Decoder(ProducerState)
 _segment_decoder = msgspec.msgpack.Decoder(SegmentInfo)
+_snapshot_decoder = msgspec.msgpack.Decoder(PublishedSnapshot)
 
 
 def encode(obj: msgspec.Struct) -> bytes:
@@ -116,6 +134,10 @@ def decode_producer(raw: bytes) -> ProducerState:
 
 def decode_segment(raw: bytes) -> SegmentInfo:
     return _segment_decoder.decode(raw)
+
+
+def decode_snapshot(raw: bytes) -> PublishedSnapshot:
+    return _snapshot_decoder.decode(raw)
 
 
 def name_key(bucket: str, stream: str) -> bytes:

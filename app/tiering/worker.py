@@ -15,6 +15,7 @@ import logging
 import struct
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from app.protocol.engine import Engine, now_ms
 from app.protocol.errors import ProtocolError
@@ -59,7 +60,8 @@ class TieringWorker:
         self.available = True
         self.last_error: str | None = None
         self.uploaded = 0
-        self._published: dict[tuple[str, str], tuple[int, int]] = {}  # name -> (sid, tiered) in its manifest
+        # name -> (sid, tiered, earliest) as its published manifest shows them
+        self._published: dict[tuple[str, str], tuple[int, int, int]] = {}
 
     def status(self) -> dict[str, Any]:
         return {
@@ -160,11 +162,12 @@ class TieringWorker:
     async def _publish_manifests(self) -> None:
         for meta in list(self.machine.streams.values()):
             name = (meta.bucket, meta.name)
-            if meta.tiered <= meta.fork_pos or self._published.get(name) == (meta.sid, meta.tiered):
+            version = (meta.sid, meta.tiered, meta.earliest)
+            if meta.tiered <= meta.fork_pos or self._published.get(name) == version:
                 continue
             manifest = self._manifest(meta)
             await asyncio.to_thread(self.store.put, seg.manifest_key(*name), manifest.to_json())
-            self._published[name] = (meta.sid, meta.tiered)
+            self._published[name] = version
 
     def _manifest(self, meta: StreamMeta) -> seg.Manifest:
         prefix = seg.stream_dir(meta.bucket, meta.name) + "/"
@@ -211,6 +214,12 @@ class TieringWorker:
             await self.engine.submit(ForgetObjects(done))
 
     def _referenced(self, key: str) -> bool:
+        if key in self.engine.uploading:
+            return True
+        if "/snapshots/" in key:
+            bucket, _, stream = key.rpartition("/snapshots/")[0].partition("/")
+            snapshot_owner = self.machine.lookup(bucket, unquote(stream))
+            return snapshot_owner is not None and key in self.machine._snapshot_keys(snapshot_owner.sid)
         parsed = seg.parse_key(key)
         if parsed is None:
             return False

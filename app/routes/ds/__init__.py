@@ -1,18 +1,25 @@
-"""`/ds/{bucket}` and `/ds/{bucket}/{stream}`: the primary family, with buckets."""
+"""`/ds/{bucket}`, `/ds/{bucket}/{stream}` and its sub-resources: the primary family, with buckets."""
 
 from __future__ import annotations
 
 from app.protocol.buckets import validate_bucket
+from app.protocol.extensions import Extension, parse_extension
 from app.protocol.target import DS_SUBROUTES, StreamTarget, validate_stream_id
 
 PREFIX = "/ds/"
 
 
-def target(path: str) -> StreamTarget | str:
-    """The stream a /ds path names, or the bucket id when it names a bucket."""
+def target(path: str) -> StreamTarget | Extension | str:
+    """The stream (or stream sub-resource) a /ds path names, or the bucket id when it names a bucket."""
     bucket, slash, name = path[len(PREFIX) :].partition("/")
     validate_bucket(bucket)
     if not slash:
         return bucket
+    base = f"{PREFIX}{bucket}/"
+    extension = parse_extension(name.split("/"))
+    if extension is not None:
+        stream, kind, arg = extension
+        validate_stream_id(stream, reserved=DS_SUBROUTES)
+        return Extension(StreamTarget(bucket, stream, base), kind, arg)
     validate_stream_id(name, reserved=DS_SUBROUTES)
-    return StreamTarget(bucket, name, f"{PREFIX}{bucket}/")
+    return StreamTarget(bucket, name, base)

@@ -1,0 +1,66 @@
+"""`GET /ds/{bucket}/{stream}/bootstrap`: the latest snapshot and the messages after it, as multipart/mixed.
+
+The first part is the snapshot (empty when there is none); then one part per message up to the tail,
+or up to about `bootstrap_max_bytes`, after which the client reads on from `Stream-Next-Offset`.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from app.protocol.engine import Engine
+from app.protocol.errors import bad_request
+from app.protocol.http import Call, Reply
+from app.protocol.offsets import format_offset
+from app.protocol.responses import NO_STORE
+from app.protocol.stream_snapshots import blob, digest_header
+from app.protocol.target import StreamTarget
+from app.state_machine.reader import split_json_record
+
+
+async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
+    if "live" in call.query:
+        raise bad_request("bootstrap is not a live read; tail from Stream-Next-Offset afterwards", "invalid_live")
+    meta = await engine.find_latest(target.bucket, target.name)
+    headers = {"cache-control": NO_STORE}
+    snapshot = None
+    if meta.latest_snapshot is not None:
+        snapshot = engine.machine.snapshot_at(meta.sid, meta.latest_snapshot)
+    if snapshot is not None and meta.latest_snapshot is not None:
+        first = (snapshot.content_type, await blob(engine, snapshot))
+        pos = meta.latest_snapshot
+        headers["stream-snapshot-offset"] = format_offset(pos)
+        headers["stream-snapshot-digest"] = digest_header(snapshot.sha256)
+    else:
+        first = ("application/octet-stream", b"")
+        pos = meta.earliest
+        headers["stream-snapshot-offset"] = "-1"
+    parts = [first]
+    message_type = "application/json" if meta.json else meta.content_type
+    size = 0
+    while pos < meta.tail and size < engine.limits.bootstrap_max_bytes:
+        chunk = await engine.read(meta, pos, whole_records=True)
+        if not chunk.payloads:
+            break
+        for payload in chunk.payloads:
+            messages = split_json_record(payload) if meta.json else [bytes(payload)]
+            parts.extend((message_type, m) for m in messages)
+        size += chunk.size
+        pos = chunk.next_pos
+    headers["stream-next-offset"] = format_offset(pos)
+    if pos >= meta.tail:
+        headers["stream-up-to-date"] = "true"
+        if meta.closed:
+            headers["stream-closed"] = "true"
+    boundary = "rill-" + secrets.token_hex(12)
+    headers["content-type"] = f"multipart/mixed; boundary={boundary}"
+    return Reply(200, headers, multipart(boundary, parts))
+
+
+def multipart(boundary: str, parts: list[tuple[str, bytes]]) -> bytes:
+    out = []
+    for content_type, body in parts:
+        head = f"--{boundary}\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n"
+        out += [head.encode("latin-1"), body, b"\r\n"]
+    out.append(f"--{boundary}--\r\n".encode("latin-1"))
+    return b"".join(out)

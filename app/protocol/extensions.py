@@ -1,0 +1,75 @@
+"""The `/ds` sub-resources of a stream: attrs, append-batch, bootstrap, snapshot and retention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.types import Send
+
+from app.protocol import append_batch, attrs, bootstrap, retention, stream_snapshots
+from app.protocol.engine import Engine
+from app.protocol.errors import ProtocolError, error_reply, render_error
+from app.protocol.http import Call, Reply, send_reply
+from app.protocol.target import StreamTarget
+
+# kind -> (methods without an offset argument, methods with one)
+METHODS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "attrs": (("GET", "HEAD", "PUT"), ()),
+    "append-batch": (("POST",), ()),
+    "bootstrap": (("GET", "HEAD"), ()),
+    "snapshot": (("GET", "HEAD"), ("GET", "HEAD", "PUT", "DELETE")),
+    "retention": ((), ("PUT",)),
+}
+
+
+@dataclass(frozen=True)
+class Extension:
+    target: StreamTarget
+    kind: str
+    arg: str | None  # the offset in snapshot/{offset} and retention/{offset}
+
+
+def parse_extension(segments: list[str]) -> tuple[str, str, str | None] | None:
+    """(stream id, kind, offset) when a /ds stream path names a sub-resource; None otherwise."""
+    if len(segments) >= 2 and segments[-1] in METHODS:
+        return "/".join(segments[:-1]), segments[-1], None
+    if len(segments) >= 3 and segments[-2] in ("snapshot", "retention"):
+        return "/".join(segments[:-2]), segments[-2], segments[-1]
+    return None
+
+
+async def serve_extension(engine: Engine, call: Call, ext: Extension, send: Send) -> None:
+    try:
+        reply = await _dispatch(engine, call, ext)
+    except ProtocolError as exc:
+        reply = render_error(exc)
+    await send_reply(send, reply, head_only=call.method == "HEAD")
+
+
+async def _dispatch(engine: Engine, call: Call, ext: Extension) -> Reply:
+    allowed = METHODS[ext.kind][0 if ext.arg is None else 1]
+    if call.method == "OPTIONS" and allowed:
+        return Reply(204, {"allow": ", ".join((*allowed, "OPTIONS"))})
+    if call.method not in allowed:
+        if not allowed:
+            return error_reply(404, "not_found", f"{ext.kind} needs an offset: {ext.kind}/{{offset}}")
+        return error_reply(
+            405, "method_not_allowed", f"{call.method} is not allowed here", {"allow": ", ".join(allowed)}
+        )
+    target, method, arg = ext.target, call.method, ext.arg
+    if ext.kind == "attrs":
+        return await (attrs.put_attrs(engine, call, target) if method == "PUT" else attrs.get_attrs(engine, target))
+    if ext.kind == "append-batch":
+        return await append_batch.append_batch(engine, call, target)
+    if ext.kind == "bootstrap":
+        return await bootstrap.bootstrap(engine, call, target)
+    if ext.kind == "retention":
+        assert arg is not None
+        return await retention.put_retention(engine, target, arg)
+    if arg is None:
+        return await stream_snapshots.latest(engine, target)
+    if method == "PUT":
+        return await stream_snapshots.publish(engine, call, target, arg)
+    if method == "DELETE":
+        return await stream_snapshots.delete(engine, target, arg)
+    return await stream_snapshots.fetch(engine, target, arg)
