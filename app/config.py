@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     join: bool = Field(False, description="a new node outside --peers, waiting to be added with `rill cluster add`")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
     read_chunk_bytes: int = Field(1024 * 1024, ge=1024)
+    snapshot_max_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest published snapshot (413 past it)")
+    bootstrap_max_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="messages a bootstrap returns at most")
     long_poll_timeout: float = Field(20.0, gt=0, description="seconds a long-poll waits for data")
     sse_max_seconds: float = Field(60.0, gt=0, description="an SSE response ends after about this long")
     sse_ping_seconds: float = Field(15.0, gt=0, description="heartbeat comment interval on SSE")

@@ -136,6 +136,8 @@ def create_app(settings: Settings) -> ASGIApp:
         limits = Limits(
             max_body_bytes=settings.max_body_bytes,
             read_chunk_bytes=settings.read_chunk_bytes,
+            snapshot_max_bytes=settings.snapshot_max_bytes,
+            bootstrap_max_bytes=settings.bootstrap_max_bytes,
             long_poll_seconds=settings.long_poll_timeout,
             sse_max_seconds=settings.sse_max_seconds,
             sse_ping_seconds=settings.sse_ping_seconds,

@@ -44,7 +44,7 @@ async def get_attrs(engine: Engine, target: StreamTarget) -> Reply:
 
 
 async def put_attrs(engine: Engine, call: Call, target: StreamTarget) -> Reply:
-    body = await read_body(call, MAX_ATTRS_BYTES + 1)
+    body = await read_body(call, engine.limits.max_body_bytes)  # past 16 KiB, parse_attrs answers 400
     attrs = parse_attrs(body)
     engine.find(target.bucket, target.name)
     raise_for(await engine.submit(SetAttrs(target.bucket, target.name, attrs)))

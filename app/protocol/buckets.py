@@ -13,6 +13,7 @@ from app.protocol.headers import format_expires_at, parse_uint, single_query
 from app.protocol.http import Call, Reply, send_reply
 from app.protocol.offsets import format_offset
 from app.protocol.responses import NO_STORE, raise_for
+from app.protocol.retention import parse_retention
 from app.state_machine.commands import Code, CreateBucket, DeleteBucket
 
 BUCKET_ID = re.compile(r"[a-z0-9_-]{4,64}")
@@ -36,7 +37,8 @@ async def serve_bucket(engine: Engine, call: Call, bucket: str, send: Send) -> N
 async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
     validate_bucket(bucket)
     if call.method == "PUT":
-        outcome = await engine.submit(CreateBucket(bucket))
+        age, size = parse_retention(call.headers.get("stream-retention"))
+        outcome = await engine.submit(CreateBucket(bucket, age, size))
         return Reply(201 if outcome.code is Code.CREATED else 200)
     if call.method in ("GET", "HEAD"):
         await engine.read_barrier()  # listings reflect every committed create and delete

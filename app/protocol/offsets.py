@@ -11,7 +11,7 @@ import re
 from app.protocol.errors import bad_request
 
 START = -1
-_TOKEN = re.compile(r"0{16}_\d{16}")
+_TOKEN = re.compile(r"0{16}_[0-9]{16}")  # not \d: that takes any Unicode digit
 
 
 def format_offset(pos: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from urllib.parse import quote
 
 from app.protocol.bodies import read_body
 from app.protocol.engine import Engine
@@ -88,7 +89,7 @@ async def latest(engine: Engine, target: StreamTarget) -> Reply:
     meta = await engine.find_latest(target.bucket, target.name)
     if meta.latest_snapshot is None:
         raise ProtocolError(404, Code.SNAPSHOT_NOT_FOUND.value, "the stream has no snapshot")
-    location = f"{target.base}{target.name}/snapshot/{format_offset(meta.latest_snapshot)}"
+    location = f"{target.base}{quote(target.name)}/snapshot/{format_offset(meta.latest_snapshot)}"
     return Reply(307, {"location": location, "cache-control": NO_STORE})
 
 

@@ -20,6 +20,8 @@ class Producer(msgspec.Struct, array_like=True, frozen=True):
 
 class CreateBucket(msgspec.Struct, tag="cb", array_like=True):
     bucket: str
+    retention_age: int | None = None  # defaults for streams created in the bucket without their own
+    retention_bytes: int | None = None
 
 
 class DeleteBucket(msgspec.Struct, tag="db", array_like=True):

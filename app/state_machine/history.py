@@ -105,18 +105,20 @@ class HistoryRules(StreamReader):
         key = r.data_key(meta.sid, cmd.pos)
         self._batch.delete(r.STREAM_SNAPSHOTS, key)
         self.staged.pop((r.STREAM_SNAPSHOTS, key), None)
-        if existing.key is not None and existing.key not in self._snapshot_keys(meta.sid):
+        if existing.key is not None and existing.key not in self._snapshot_keys(meta.sid, but=cmd.pos):
             self._enqueue_object(existing.key)
         return self._history(meta, Code.DELETED)
 
-    def _snapshot_keys(self, sid: int) -> set[str]:
-        """Object keys of the stream's snapshots (content-addressed, so two offsets may share one)."""
-        keys = set()
-        for _, raw in self.kv.scan(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1)):
-            keys.add(r.decode_snapshot(raw).key)
-        for (cf, k), raw in self.staged.items():
-            if cf == r.STREAM_SNAPSHOTS and k[:8] == r.sid_key(sid):
-                keys.add(r.decode_snapshot(raw).key)
+    def _snapshot_keys(self, sid: int, but: int | None = None) -> set[str]:
+        """Object keys of the stream's snapshots, other than the one at `but` (content-addressed, so
+        two offsets may share one)."""
+        found = dict(self.kv.scan(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1)))
+        found.update(
+            {k: v for (cf, k), v in self.staged.items() if cf == r.STREAM_SNAPSHOTS and k[:8] == r.sid_key(sid)}
+        )
+        if but is not None:
+            found.pop(r.data_key(sid, but), None)
+        keys = (r.decode_snapshot(raw).key for raw in found.values())
         return {k for k in keys if k is not None}
 
     def _drop_snapshots(self, sid: int) -> None:

@@ -87,8 +87,12 @@ class StateMachine(HistoryRules):
         raw = kv.get(r.SM_META, r.NEXT_SID_KEY)
         self.next_sid = r.U64.unpack(raw)[0] if raw else 1
         self.buckets: dict[str, int] = {b: 0 for b in BUILTIN_BUCKETS}
+        # bucket -> (max-age, max-bytes) given to its streams that set no retention of their own
+        self.bucket_retention: dict[str, tuple[int | None, int | None]] = {}
         for key, value in kv.scan(r.BUCKETS, b""):
-            self.buckets[key.decode()] = r.U64.unpack(value)[0]
+            self.buckets[key.decode()] = r.U64.unpack_from(value)[0]
+            if len(value) > r.U64.size:
+                self.bucket_retention[key.decode()] = r.decode_retention(value[r.U64.size :])
         # Bytes of own records not yet in the object store, and still on local disk.
         self.untiered_bytes = self.local_bytes = 0
         for _, value in kv.scan(r.STREAMS, b""):
@@ -156,7 +160,11 @@ class StateMachine(HistoryRules):
         if cmd.bucket in self.buckets:
             return Outcome(Code.EXISTS)
         self.buckets[cmd.bucket] = now
-        self._batch.put(r.BUCKETS, cmd.bucket.encode(), r.U64.pack(now))
+        value = r.U64.pack(now)
+        if cmd.retention_age is not None or cmd.retention_bytes is not None:
+            self.bucket_retention[cmd.bucket] = (cmd.retention_age, cmd.retention_bytes)
+            value += r.encode_retention(cmd.retention_age, cmd.retention_bytes)
+        self._batch.put(r.BUCKETS, cmd.bucket.encode(), value)
         return Outcome(Code.CREATED)
 
     def _delete_bucket(self, cmd: DeleteBucket, now: int) -> Outcome:
@@ -167,6 +175,7 @@ class StateMachine(HistoryRules):
         if any(b == cmd.bucket for b, _ in self.names):
             return Outcome(Code.BUCKET_NOT_EMPTY, "the bucket still holds streams")
         del self.buckets[cmd.bucket]
+        self.bucket_retention.pop(cmd.bucket, None)
         self._batch.delete(r.BUCKETS, cmd.bucket.encode())
         return Outcome(Code.DELETED)
 
@@ -210,6 +219,9 @@ class StateMachine(HistoryRules):
                     return Outcome(Code.BAD_SUB_OFFSET, "fork sub-offset exceeds the message at the fork offset")
                 prefix = prefix_or_none
         content_type = source.content_type if source and not cmd.content_type_given else cmd.content_type
+        retention = (cmd.retention_age, cmd.retention_bytes)
+        if retention == (None, None):
+            retention = self.bucket_retention.get(cmd.bucket, retention)
         ttl, expires_at = cmd.ttl, cmd.expires_at
         if source is not None and ttl is None and expires_at is None:
             ttl, expires_at = source.ttl, source.expires_at
@@ -222,7 +234,7 @@ class StateMachine(HistoryRules):
                 and existing.expires_at == expires_at
                 and existing.closed == cmd.closed
                 and existing.attrs == cmd.attrs
-                and (existing.retention_age, existing.retention_bytes) == (cmd.retention_age, cmd.retention_bytes)
+                and (existing.retention_age, existing.retention_bytes) == retention
                 and existing.fork_of == (source.sid if source else None)
                 and (source is None or (existing.fork_offset, existing.fork_sub) == (fork_offset, cmd.fork_sub))
             )
@@ -248,9 +260,10 @@ class StateMachine(HistoryRules):
             fork_sub=cmd.fork_sub,
             tiered=fork_pos,
             evicted=fork_pos,
+            earliest=source.earliest if source else 0,  # what the source no longer has, the fork lacks too
             attrs=cmd.attrs,
-            retention_age=cmd.retention_age,
-            retention_bytes=cmd.retention_bytes,
+            retention_age=retention[0],
+            retention_bytes=retention[1],
         )
         self.streams[sid] = meta
         self.names[(cmd.bucket, cmd.stream)] = sid

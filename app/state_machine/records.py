@@ -136,6 +136,17 @@ def decode_segment(raw: bytes) -> SegmentInfo:
     return _segment_decoder.decode(raw)
 
 
+_retention_decoder = msgspec.msgpack.Decoder(tuple[int | None, int | None])
+
+
+def encode_retention(age: int | None, size: int | None) -> bytes:
+    return _meta_encoder.encode((age, size))
+
+
+def decode_retention(raw: bytes) -> tuple[int | None, int | None]:
+    return _retention_decoder.decode(raw)
+
+
 def decode_snapshot(raw: bytes) -> PublishedSnapshot:
     return _snapshot_decoder.decode(raw)
 

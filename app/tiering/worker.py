@@ -21,9 +21,10 @@ from app.protocol.engine import Engine, now_ms
 from app.protocol.errors import ProtocolError
 from app.protocol.offsets import format_offset
 from app.state_machine import records as r
-from app.state_machine.commands import Code, Evict, ForgetObjects, TierSegment
+from app.state_machine.commands import Code, Evict, ForgetObjects, Retain, TierSegment
 from app.state_machine.records import StreamMeta
 from app.tiering import segment as seg
+from app.tiering.retention import retention_target
 from app.tiering.store import ObjectStore, StoreUnavailable, sha256_hex
 
 log = logging.getLogger("rill.tiering")
@@ -99,9 +100,20 @@ class TieringWorker:
             while self._is_due(meta) and self.machine.streams.get(meta.sid) is meta:
                 if not await self._tier_one(meta):
                     break
+        await self._retain()
         await self._publish_manifests()
         await self._evict()
         await self._collect()
+
+    async def _retain(self) -> None:
+        """Applies streams' automatic retention (max-age, max-bytes)."""
+        now = now_ms()
+        for meta in list(self.machine.streams.values()):
+            if meta.deleted or (meta.retention_age is None and meta.retention_bytes is None):
+                continue
+            target = retention_target(self.machine, meta, now)
+            if target is not None:
+                await self.engine.submit(Retain(meta.bucket, meta.name, target, auto=True))
 
     def _due(self) -> list[StreamMeta]:
         return [m for m in list(self.machine.streams.values()) if self._is_due(m)]
