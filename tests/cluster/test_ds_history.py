@@ -76,18 +76,27 @@ def test_bootstrap_after_the_tail_went_to_the_cold_tier_returns_the_same_bytes(t
             for i in range(60):
                 r = client.post("/ds/boot/j", json=[{"i": i, "k": k, "pad": "z" * 50} for k in range(2)])
                 offsets.append(r.headers["stream-next-offset"])
-            assert client.put(f"/ds/boot/j/snapshot/{offsets[9]}", content=b'{"upto":10}').status_code == 201
+            assert client.put(f"/ds/boot/j/snapshot/{offsets[49]}", content=b'{"upto":50}').status_code == 201
             before = client.get("/ds/boot/j/bootstrap")
             wait_for(lambda: all_tiered(node.url), what="tiering")
             after = client.get("/ds/boot/j/bootstrap")
             assert after.status_code == 200
-            assert parts(after) == parts(before) and len(parts(after)) == 1 + 50 * 2
+            assert parts(after) == parts(before) and len(parts(after)) == 1 + 10 * 2
             assert after.headers["stream-next-offset"] == offsets[-1]
             assert after.headers["stream-up-to-date"] == "true"
             # Retention up to the snapshot also takes the cold segments below it; bootstrap is unchanged.
-            assert client.put(f"/ds/boot/j/retention/{offsets[9]}").status_code == 204
+            segments = tmp_path / "n" / "cold" / "boot" / "j" / "segments"
+            cut = int(offsets[49][-16:])
+
+            def below_cut() -> list[Path]:
+                return [p for p in segments.glob("*.parquet") if int(p.stem.split("-")[1][-16:]) <= cut]
+
+            assert below_cut()
+            assert client.put(f"/ds/boot/j/retention/{offsets[49]}").status_code == 204
             assert parts(client.get("/ds/boot/j/bootstrap")) == parts(before)
             assert client.get("/ds/boot/j", params={"offset": offsets[3]}).status_code == 410
+            wait_for(lambda: not below_cut(), what="segments below the retention point to be deleted")
+            assert list(segments.glob("*.parquet")), "segments at and after it stay"
     finally:
         node.stop()
 
