@@ -8,9 +8,9 @@ import msgspec
 from starlette.types import Send
 
 from app.protocol.engine import Engine, now_ms
-from app.protocol.errors import ProtocolError, bad_request, error_reply, render_error
+from app.protocol.errors import ProtocolError, answer, bad_request, error_reply
 from app.protocol.headers import format_expires_at, parse_uint, single_query
-from app.protocol.http import Call, Reply, send_reply
+from app.protocol.http import Call, Reply
 from app.protocol.offsets import format_offset
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.retention import parse_retention
@@ -27,11 +27,7 @@ def validate_bucket(bucket: str) -> None:
 
 
 async def serve_bucket(engine: Engine, call: Call, bucket: str, send: Send) -> None:
-    try:
-        reply = await _dispatch(engine, call, bucket)
-    except ProtocolError as exc:
-        reply = render_error(exc)
-    await send_reply(send, reply, head_only=call.method == "HEAD")
+    await answer(call, send, _dispatch(engine, call, bucket))
 
 
 async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:

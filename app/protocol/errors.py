@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 
 import msgspec
+from starlette.types import Send
 
-from app.protocol.http import Reply
+from app.protocol.http import Call, Reply, send_reply
 
 _json = msgspec.json.Encoder()
 
@@ -34,6 +35,15 @@ def error_reply(status: int, code: str, message: str, headers: Mapping[str, str]
 
 def render_error(exc: ProtocolError) -> Reply:
     return error_reply(exc.status, exc.code, exc.message, exc.headers)
+
+
+async def answer(call: Call, send: Send, reply: Awaitable[Reply]) -> None:
+    """Sends the handler's reply, or the protocol's JSON error for a ProtocolError it raised."""
+    try:
+        response = await reply
+    except ProtocolError as exc:
+        response = render_error(exc)
+    await send_reply(send, response, head_only=call.method == "HEAD")
 
 
 def bad_request(message: str, code: str = "bad_request") -> ProtocolError:

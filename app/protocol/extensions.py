@@ -8,8 +8,8 @@ from starlette.types import Send
 
 from app.protocol import append_batch, attrs, bootstrap, retention, stream_snapshots
 from app.protocol.engine import Engine
-from app.protocol.errors import ProtocolError, error_reply, render_error
-from app.protocol.http import Call, Reply, send_reply
+from app.protocol.errors import answer, error_reply
+from app.protocol.http import Call, Reply
 from app.protocol.target import StreamTarget
 
 # kind -> (methods without an offset argument, methods with one)
@@ -39,11 +39,7 @@ def parse_extension(segments: list[str]) -> tuple[str, str, str | None] | None:
 
 
 async def serve_extension(engine: Engine, call: Call, ext: Extension, send: Send) -> None:
-    try:
-        reply = await _dispatch(engine, call, ext)
-    except ProtocolError as exc:
-        reply = render_error(exc)
-    await send_reply(send, reply, head_only=call.method == "HEAD")
+    await answer(call, send, _dispatch(engine, call, ext))
 
 
 async def _dispatch(engine: Engine, call: Call, ext: Extension) -> Reply:
