@@ -59,6 +59,9 @@ EXPOSED_HEADERS = [
     "Location",
     "Content-Type",
     "Retry-After",
+    "Stream-Earliest-Offset",
+    "Stream-Snapshot-Offset",
+    "Stream-Snapshot-Digest",
 ]
 
 

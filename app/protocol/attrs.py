@@ -30,7 +30,7 @@ def parse_attrs(raw: bytes) -> bytes:
         raise bad_request(f"attributes exceed {MAX_ATTRS_BYTES} bytes", "attrs_too_large")
     try:
         attrs = _decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         message = f'attributes must be {{"title"?: string, "metadata"?: object}}: {exc}'
         raise bad_request(message, "invalid_attrs") from None
     canonical = _encoder.encode(attrs)

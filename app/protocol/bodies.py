@@ -46,6 +46,8 @@ def json_record(body: bytes, *, allow_empty: bool) -> bytes:
         messages = _raw_list.decode(stripped) if stripped.startswith(b"[") else [_raw.decode(stripped)]
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise bad_request(f"invalid JSON: {exc}", "invalid_json") from None
+    except RecursionError:
+        raise bad_request("invalid JSON: nested too deeply", "invalid_json") from None
     if not messages and not allow_empty:
         raise bad_request("an empty JSON array appends nothing", "empty_json_array")
     return b",".join(bytes(m) for m in messages)

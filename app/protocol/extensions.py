@@ -50,7 +50,7 @@ async def _dispatch(engine: Engine, call: Call, ext: Extension) -> Reply:
         if not allowed:
             return error_reply(404, "not_found", f"{ext.kind} needs an offset: {ext.kind}/{{offset}}")
         return error_reply(
-            405, "method_not_allowed", f"{call.method} is not allowed here", {"allow": ", ".join(allowed)}
+            405, "method_not_allowed", f"{call.method} is not allowed here", {"allow": ", ".join((*allowed, "OPTIONS"))}
         )
     target, method, arg = ext.target, call.method, ext.arg
     if ext.kind == "attrs":

@@ -56,7 +56,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     if fork_from is None and (fork_offset_raw is not None or sub_raw is not None):
         raise bad_request("fork offsets need Stream-Forked-From", "invalid_fork")
     fork_sub = parse_sub_offset(sub_raw)
-    attrs = parse_attrs(h["stream-attrs"].encode()) if "stream-attrs" in h else b""
+    attrs = parse_attrs(h["stream-attrs"].encode("latin-1")) if "stream-attrs" in h else b""
     retention_age, retention_bytes = parse_retention(h.get("stream-retention"))
     fork_name = target.resolve(fork_from) if fork_from is not None else None
     fork_offset = None
