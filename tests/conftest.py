@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.moto import MotoS3
 from tests.server import RillProcess
 
 
@@ -61,3 +62,11 @@ def spark() -> Iterator[Any]:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    """moto's S3 server for the whole session, with one bucket."""
+    moto = MotoS3().start().create_bucket()
+    yield moto
+    moto.stop()

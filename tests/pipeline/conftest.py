@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import socket
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,9 +11,10 @@ import pytest
 from app.protocol.offsets import format_offset
 from app.tiering.segment import Manifest, Record, SegmentEntry, build, manifest_key, segment_key, stream_dir
 from app.tiering.store import ObjectStore, StoreOptions, open_store
+from tests.moto import MotoS3
 
 BASE_MS = 1_709_337_590_000  # 2024-03-01T23:59:50Z: "orders" crosses midnight after its 10th record
-S3_BUCKET = "cold"
+S3_BUCKET = "rill-cold-tests"  # the session moto server's bucket (tests/conftest.py)
 FAKE_KEYS = {"access_key_id": "testing", "secret_access_key": "testing", "region": "us-east-1"}
 
 # bucket -> stream -> records per segment. "big" holds one segment of several 1 MiB row groups.
@@ -97,31 +96,9 @@ def fill(cold: Cold) -> Cold:
     return cold
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
-def moto_url() -> Iterator[str]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    client.create_bucket(Bucket=S3_BUCKET)
-    yield url
-    server.stop()
+def moto_url(moto_s3: MotoS3) -> str:
+    return moto_s3.endpoint_url
 
 
 def s3_options(moto_url: str, prefix: str) -> dict[str, str]:

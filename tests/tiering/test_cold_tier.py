@@ -10,13 +10,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
 from app.tiering.segment import Manifest, manifest_key, offset_of
-from tests.server import RillCluster, RillProcess, free_port
+from tests.moto import MotoS3
+from tests.server import RillCluster, RillProcess
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 SMALL_SEGMENTS = ("--segment-max-bytes", "4096", "--segment-max-age", "0.3", "--local-disk-budget", "0")
@@ -24,45 +23,14 @@ BUCKET = "cold"
 OCTET = {"content-type": "application/octet-stream"}
 
 
-class Moto:
-    """moto's S3 server on 127.0.0.1 that a test can stop and start again (objects survive)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.endpoint_url = f"http://127.0.0.1:{self.port}"
-        self.server: ThreadedMotoServer | None = None
-
-    def start(self) -> Moto:
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    def client(self) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-            region_name="us-east-1",
-        )
-
-    def keys(self, bucket: str, prefix: str = "") -> list[str]:
-        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        return [item["Key"] for page in pages for item in page.get("Contents", [])]
-
-    def args(self, bucket: str, prefix: str) -> tuple[str, ...]:
-        return ("--cold-store", f"s3://{bucket}/{prefix}", "--s3-endpoint-url", self.endpoint_url)
+def cold_args(moto: MotoS3, prefix: str) -> tuple[str, ...]:
+    return ("--cold-store", f"s3://{moto.bucket}/{prefix}", "--s3-endpoint-url", moto.endpoint_url)
 
 
 @pytest.fixture()
-def moto() -> Iterator[Moto]:
-    server = Moto().start()
-    server.client().create_bucket(Bucket=BUCKET)
+def moto() -> Iterator[MotoS3]:
+    """A server of this test's own: the outage test stops and starts it."""
+    server = MotoS3(BUCKET).start().create_bucket()
     yield server
     server.stop()
 
@@ -133,8 +101,8 @@ def write_streams(client: httpx.Client, base: str, rng: random.Random) -> dict[s
     return written
 
 
-def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, moto: Moto, spark: Any) -> None:
-    cluster = RillCluster(tmp_path, 3, *moto.args(BUCKET, "c1"), *SMALL_SEGMENTS, env=AWS_ENV).start()
+def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, moto: MotoS3, spark: Any) -> None:
+    cluster = RillCluster(tmp_path, 3, *cold_args(moto, "c1"), *SMALL_SEGMENTS, env=AWS_ENV).start()
     rng = random.Random(5)
     try:
         leader = cluster.nodes[cluster.wait_for_leader()]
@@ -148,7 +116,7 @@ def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, mot
             for node in cluster.nodes.values():
                 wait_for(lambda node=node: all_tiered(node.url), what=f"tiering seen on {node.url}")
 
-            keys = moto.keys(BUCKET, "c1/tiers/")
+            keys = moto.keys("c1/tiers/")
             segments = [k for k in keys if k.endswith(".parquet")]
             assert len(segments) >= 3 * len(written), "small segments: several per stream"
             for name, data in written.items():
@@ -178,7 +146,7 @@ def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, mot
         cluster.stop()
 
 
-def check_spark_reads(spark: Any, moto: Moto, written: dict[str, bytes], messages: list[Any]) -> None:
+def check_spark_reads(spark: Any, moto: MotoS3, written: dict[str, bytes], messages: list[Any]) -> None:
     """Spark loads what the cluster tiered straight from S3: the same bytes, and filters prune segments."""
     from pyspark.sql.functions import col
 
@@ -211,11 +179,11 @@ def check_spark_reads(spark: Any, moto: Moto, written: dict[str, bytes], message
     assert b"".join(payloads) == written["alpha"][offset_of(cut) :]
 
 
-def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Path, moto: Moto) -> None:
+def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Path, moto: MotoS3) -> None:
     node = RillProcess(
         tmp_path / "n",
         None,
-        *moto.args(BUCKET, "outage"),
+        *cold_args(moto, "outage"),
         *SMALL_SEGMENTS,
         "--hot-backlog-budget",
         "30000",
@@ -263,30 +231,30 @@ def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Pat
         node.stop()
 
 
-def test_deleted_stream_objects_are_removed_but_a_fork_keeps_them(tmp_path: Path, moto: Moto) -> None:
-    node = RillProcess(tmp_path / "n", None, *moto.args(BUCKET, "gc"), *SMALL_SEGMENTS, env=AWS_ENV).start()
+def test_deleted_stream_objects_are_removed_but_a_fork_keeps_them(tmp_path: Path, moto: MotoS3) -> None:
+    node = RillProcess(tmp_path / "n", None, *cold_args(moto, "gc"), *SMALL_SEGMENTS, env=AWS_ENV).start()
     rng = random.Random(3)
     try:
         with httpx.Client(base_url=node.url, timeout=10) as client:
             written = write_streams(client, "/ds/gcbucket", rng)
             wait_for(lambda: all_tiered(node.url), what="tiering")
-            assert moto.keys(BUCKET, "gc/gcbucket/alpha/")
+            assert moto.keys("gc/gcbucket/alpha/")
 
             assert client.delete("/ds/gcbucket/alpha").status_code == 204
-            wait_for(lambda: not moto.keys(BUCKET, "gc/gcbucket/alpha/"), what="alpha's objects to go")
-            assert moto.keys(BUCKET, "gc/gcbucket/gamma/"), "other streams keep theirs"
+            wait_for(lambda: not moto.keys("gc/gcbucket/alpha/"), what="alpha's objects to go")
+            assert moto.keys("gc/gcbucket/gamma/"), "other streams keep theirs"
 
             headers = {**OCTET, "stream-forked-from": "gamma"}
             assert client.put("/ds/gcbucket/fork", headers=headers).status_code == 201
             assert client.delete("/ds/gcbucket/gamma").status_code == 204
             time.sleep(2)  # several tiering passes: nothing of gamma's may go while the fork reads it
-            assert moto.keys(BUCKET, "gc/gcbucket/gamma/segments/")
+            assert moto.keys("gc/gcbucket/gamma/segments/")
             assert read_all(client, "/ds/gcbucket/fork") == written["gamma"]
 
             assert client.delete("/ds/gcbucket/fork").status_code == 204
-            wait_for(lambda: not moto.keys(BUCKET, "gc/gcbucket/gamma/"), what="gamma's objects after its fork")
+            wait_for(lambda: not moto.keys("gc/gcbucket/gamma/"), what="gamma's objects after its fork")
             wait_for(lambda: tiering(node.url)["deletion_queue"] == 0, what="the deletion queue to empty")
-            assert moto.keys(BUCKET, "gc/gcbucket/nested%2Fbeta/segments/")
+            assert moto.keys("gc/gcbucket/nested%2Fbeta/segments/")
     finally:
         node.stop()
 

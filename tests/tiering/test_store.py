@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from moto.server import ThreadedMotoServer
 
 from app.tiering.store import (
     FileStore,
@@ -20,8 +19,8 @@ from app.tiering.store import (
     open_store,
     sha256_hex,
 )
+from tests.moto import MotoS3
 from tests.server import free_port
-from tests.tiering.conftest import MotoS3
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -209,10 +208,8 @@ def test_s3_endpoint_down_raises_store_unavailable() -> None:
 
 
 def test_s3_outage_and_recovery(moto_s3: MotoS3) -> None:
-    port = free_port()
-    second = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    second.start()
-    store = S3Store(moto_s3.bucket, f"outage-{uuid.uuid4().hex[:8]}", _fast_fail(f"http://127.0.0.1:{port}"))
+    second = MotoS3(moto_s3.bucket).start()
+    store = S3Store(moto_s3.bucket, f"outage-{uuid.uuid4().hex[:8]}", _fast_fail(second.endpoint_url))
     store.put("k", b"before")
     second.stop()
     try:
@@ -223,7 +220,6 @@ def test_s3_outage_and_recovery(moto_s3: MotoS3) -> None:
         with pytest.raises(StoreUnavailable):
             list(store.list(""))
     finally:
-        second = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         second.start()
     try:
         assert store.get("k") == b"before", "the same client works again once the endpoint is back"
