@@ -39,7 +39,7 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     message_type = "application/json" if meta.json else meta.content_type
     size = 0
     while pos < meta.tail and size < engine.limits.bootstrap_max_bytes:
-        chunk = await engine.read(meta, pos, whole_records=True)
+        chunk = await engine.read(meta, pos, whole_records=True, max_bytes=engine.limits.bootstrap_max_bytes - size)
         if not chunk.payloads:
             break
         for payload in chunk.payloads:

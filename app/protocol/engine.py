@@ -120,11 +120,12 @@ class Engine:
         finally:
             self.uploading.discard(key)
 
-    async def read(self, meta: StreamMeta, pos: int, whole_records: bool = False) -> Chunk:
+    async def read(self, meta: StreamMeta, pos: int, whole_records: bool = False, max_bytes: int = 0) -> Chunk:
         """The chunk at `pos`, fetching segments that are only in the object store as the read reaches them."""
+        max_bytes = min(max_bytes or self.limits.read_chunk_bytes, self.limits.read_chunk_bytes)
         while True:
             try:
-                chunk = self.machine.read(meta, pos, self.limits.read_chunk_bytes, self.cold, whole_records)
+                chunk = self.machine.read(meta, pos, max_bytes, self.cold, whole_records)
                 self._read_ahead(meta, chunk.next_pos)
                 return chunk
             except ColdMiss as miss:

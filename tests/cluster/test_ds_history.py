@@ -141,3 +141,22 @@ def test_automatic_retention_by_size_and_by_bucket_default_age(tmp_path: Path) -
             assert r.headers["stream-next-offset"].endswith("24")
     finally:
         node.stop()
+
+
+def test_a_large_tail_is_bounded_and_the_client_reads_on_from_next_offset(tmp_path: Path) -> None:
+    node = RillProcess(tmp_path / "n", None, env={"RILL_BOOTSTRAP_MAX_BYTES": "2048"}).start()
+    try:
+        with httpx.Client(base_url=node.url, timeout=10) as client:
+            assert client.put("/ds/bound").status_code == 201
+            assert client.put("/ds/bound/s", headers=OCTET).status_code == 201
+            messages = [b"%03d:" % i + b"x" * 295 for i in range(20)]  # 300 bytes each, 6,000 in all
+            for m in messages:
+                client.post("/ds/bound/s", content=m, headers=OCTET)
+            boot = client.get("/ds/bound/s/bootstrap")
+            got = parts(boot)[1:]
+            assert 2048 <= sum(map(len, got)) < 2048 + 300 and got == messages[: len(got)]
+            assert "stream-up-to-date" not in boot.headers
+            rest = client.get("/ds/bound/s", params={"offset": boot.headers["stream-next-offset"]})
+            assert rest.content == b"".join(messages[len(got) :])
+    finally:
+        node.stop()
