@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import json
 import random
 import time
@@ -22,8 +21,7 @@ import pyarrow.parquet as pq
 
 from app.pipeline import register
 from app.pipeline.datasource import ReadOptions, plan, store_for
-from app.protocol.offsets import format_offset
-from app.tiering.segment import Manifest, Record, SegmentEntry, build, manifest_key, segment_key, stream_dir
+from app.tiering.segment import Manifest, Record, build, entry, manifest_key, segment_key
 from app.tiering.store import open_store
 
 
@@ -130,17 +128,7 @@ def generate(store_url: str, bucket: str, mb: float, streams: int = 4, record_by
             lo, hi = records[0].pos, pos
             key = segment_key(bucket, name, lo, hi)
             store.put(key, data)
-            entry = SegmentEntry(
-                path=key[len(stream_dir(bucket, name)) + 1 :],
-                first_offset=format_offset(lo),
-                next_offset=format_offset(hi),
-                records=len(records),
-                bytes=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-                min_append_time=records[0].time,
-                max_append_time=records[-1].time,
-            )
-            manifest.segments.append(entry)
+            manifest.segments.append(entry(bucket, name, records, data))
         store.put(manifest_key(bucket, name), manifest.to_json())
     return per_stream * streams
 

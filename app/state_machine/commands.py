@@ -11,6 +11,8 @@ from enum import Enum
 
 import msgspec
 
+from app.state_machine.records import SegmentInfo
+
 
 class Producer(msgspec.Struct, array_like=True, frozen=True):
     id: str
@@ -123,20 +125,13 @@ class CollectExpired(msgspec.Struct, tag="gc", array_like=True):
 
 
 class TierSegment(msgspec.Struct, tag="ts", array_like=True):
-    """Records that positions [lo, hi) of stream `sid` are in the object store, uploaded and verified.
+    """Records that stream `sid`'s segment, uploaded and verified, is in the object store.
 
-    Ignored unless the stream still exists and its tiering has reached exactly `lo`.
+    Ignored unless the stream still exists and its tiering has reached exactly the segment's start.
     """
 
     sid: int
-    lo: int
-    hi: int
-    key: str
-    size: int
-    sha256: str
-    min_time: int
-    max_time: int
-    starts: bytes
+    segment: SegmentInfo
 
 
 class Evict(msgspec.Struct, tag="ev", array_like=True):

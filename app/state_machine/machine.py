@@ -428,21 +428,20 @@ class StateMachine(HistoryRules):
     # Cold tier
 
     def _tier_segment(self, cmd: TierSegment, now: int) -> Outcome:
-        meta = self.streams.get(cmd.sid)
+        meta, segment = self.streams.get(cmd.sid), cmd.segment
         # Stale if the stream is gone or tiering moved on (a retried or superseded proposal).
-        if meta is None or cmd.lo != meta.tiered or not cmd.lo < cmd.hi <= meta.tail or not cmd.starts:
+        if meta is None or segment.lo != meta.tiered or not segment.lo < segment.hi <= meta.tail:
             return Outcome(Code.STALE)
-        if not self.is_boundary(meta, cmd.hi):
+        if not segment.starts or not self.is_boundary(meta, segment.hi):
             return Outcome(Code.STALE)
-        info = r.SegmentInfo(cmd.lo, cmd.hi, cmd.key, cmd.size, cmd.sha256, cmd.min_time, cmd.max_time, cmd.starts)
-        self._stage(r.SEGMENTS, r.data_key(meta.sid, cmd.lo), r.encode(info))
+        self._stage(r.SEGMENTS, r.data_key(meta.sid, segment.lo), r.encode(segment))
         # The same key may have been queued for deletion by an earlier stream of the same name.
-        for key in (cmd.key, manifest_of(cmd.key)):
+        for key in (segment.key, manifest_of(segment.key)):
             self._batch.delete(r.GC_QUEUE, key.encode())
-        meta.tiered = cmd.hi
-        self.untiered_bytes -= cmd.hi - cmd.lo
+        meta.tiered = segment.hi
+        self.untiered_bytes -= segment.hi - segment.lo
         self._dirty.add(meta.sid)
-        return Outcome(Code.OK, sid=meta.sid, next_pos=cmd.hi)
+        return Outcome(Code.OK, sid=meta.sid, next_pos=segment.hi)
 
     def _evict(self, cmd: Evict, now: int) -> Outcome:
         meta = self.streams.get(cmd.sid)

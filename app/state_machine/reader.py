@@ -6,7 +6,6 @@ from its source (recursively), so reading a fork walks the chain.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -46,24 +45,6 @@ class ColdSource(Protocol):
         Raises ColdMiss if the segment has not been fetched.
         """
         ...
-
-
-_U32 = struct.Struct(">I")
-
-
-def _is_start(segment: r.SegmentInfo, pos: int) -> bool:
-    rel, starts = pos - segment.lo, segment.starts
-    lo, hi = 0, len(starts) // 4
-    while lo < hi:
-        mid = (lo + hi) // 2
-        value = _U32.unpack_from(starts, mid * 4)[0]
-        if value == rel:
-            return True
-        if value < rel:
-            lo = mid + 1
-        else:
-            hi = mid
-    return False
 
 
 @dataclass
@@ -138,17 +119,16 @@ class StreamReader:
         owner = self.owner(meta, pos)
         if pos < owner.evicted:
             segment = self.segment_at(owner.sid, pos)
-            return segment is not None and _is_start(segment, pos)
+            return segment is not None and segment.has_start(pos)
         return self._record(owner.sid, pos) is not None
 
     def record_length(self, meta: r.StreamMeta, pos: int) -> int | None:
         """The length of the evicted record starting at `pos` (from its segment's boundaries)."""
         owner = self.owner(meta, pos)
         segment = self.segment_at(owner.sid, pos) if pos < owner.evicted else None
-        if segment is None or not _is_start(segment, pos):
+        if segment is None or not segment.has_start(pos):
             return None
-        starts = [_U32.unpack_from(segment.starts, i)[0] + segment.lo for i in range(0, len(segment.starts), 4)]
-        following = [s for s in starts if s > pos]
+        following = [s for s in segment.record_starts() if s > pos]
         return (following[0] if following else segment.hi) - pos
 
     def record_prefix(

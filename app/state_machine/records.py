@@ -25,6 +25,7 @@ SYNCED_KEY = b"synced"
 NEXT_SID_KEY = b"next_sid"
 
 U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
 _APPLIED = struct.Struct(">QQ")
 _POS = struct.Struct(">QQ")
 
@@ -95,11 +96,31 @@ class SegmentInfo(msgspec.Struct, array_like=True, frozen=True):
     sha256: str
     min_time: int
     max_time: int
-    starts: bytes  # record starts relative to lo, big-endian u32 each: boundaries survive eviction
+    starts: bytes  # record starts relative to lo (encode_starts): boundaries survive eviction
 
     @property
     def records(self) -> int:
         return len(self.starts) // 4
+
+    def record_starts(self) -> list[int]:
+        """Where each of the segment's records starts."""
+        return [self.lo + _U32.unpack_from(self.starts, i)[0] for i in range(0, len(self.starts), 4)]
+
+    def has_start(self, pos: int) -> bool:
+        """Whether a record of the segment starts at `pos` (a binary search; no decoding of the list)."""
+        rel, lo, hi = pos - self.lo, 0, len(self.starts) // 4
+        while lo < hi:
+            mid = (lo + hi) // 2
+            value = _U32.unpack_from(self.starts, mid * 4)[0]
+            if value == rel:
+                return True
+            lo, hi = (mid + 1, hi) if value < rel else (lo, mid)
+        return False
+
+
+def encode_starts(lo: int, positions: list[int]) -> bytes:
+    """SegmentInfo.starts for records starting at `positions`: big-endian u32 offsets from `lo`."""
+    return b"".join(_U32.pack(pos - lo) for pos in positions)
 
 
 class PublishedSnapshot(msgspec.Struct, array_like=True, frozen=True):

@@ -7,13 +7,10 @@ source's to keep).
 
 from __future__ import annotations
 
-import struct
-
 from app.state_machine import records as r
 from app.state_machine.machine import StateMachine
-from app.state_machine.records import SegmentInfo, StreamMeta
+from app.state_machine.records import StreamMeta
 
-_U32 = struct.Struct(">I")
 MAX_SCAN = 100_000  # records looked at per stream and pass; the next pass goes on from there
 
 
@@ -30,16 +27,12 @@ def retention_target(machine: StateMachine, meta: StreamMeta, now: int) -> int |
     return target if target > meta.earliest else None
 
 
-def _starts(segment: SegmentInfo) -> list[int]:
-    return [segment.lo + _U32.unpack_from(segment.starts, i)[0] for i in range(0, len(segment.starts), 4)]
-
-
 def _boundary_at_or_after(machine: StateMachine, meta: StreamMeta, pos: int) -> int:
     start = max(pos, meta.fork_pos, meta.earliest)
     if start < meta.evicted:
         segment = machine.segment_at(meta.sid, start)
         if segment is not None:
-            return next((s for s in _starts(segment) if s >= start), segment.hi)
+            return next((s for s in segment.record_starts() if s >= start), segment.hi)
     for key, _ in machine.kv.scan(r.DATA, r.data_key(meta.sid, start), r.data_key(meta.sid, meta.tail)):
         return r.data_pos(key)
     return meta.tail

@@ -6,6 +6,7 @@ skip them by their statistics. pyarrow, Spark and DuckDB read these files with n
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from collections.abc import Sequence
@@ -170,6 +171,22 @@ class SegmentEntry:
     sha256: str
     min_append_time: int  # ms
     max_append_time: int
+
+
+def entry(bucket: str, stream: str, records: Sequence[Record], data: bytes) -> SegmentEntry:
+    """The manifest's entry for a segment file built from `records` (as `build` wrote them)."""
+    lo, hi = records[0].pos, records[-1].pos + len(records[-1].payload)
+    times = [rec.time for rec in records]
+    return SegmentEntry(
+        path=segment_key(bucket, stream, lo, hi).removeprefix(stream_dir(bucket, stream) + "/"),
+        first_offset=format_offset(lo),
+        next_offset=format_offset(hi),
+        records=len(records),
+        bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        min_append_time=min(times),
+        max_append_time=max(times),
+    )
 
 
 @dataclass

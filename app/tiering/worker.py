@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -22,14 +21,12 @@ from app.protocol.errors import ProtocolError
 from app.protocol.offsets import format_offset
 from app.state_machine import records as r
 from app.state_machine.commands import Code, Evict, ForgetObjects, Retain, TierSegment
-from app.state_machine.records import StreamMeta
+from app.state_machine.records import SegmentInfo, StreamMeta
 from app.tiering import segment as seg
 from app.tiering.retention import retention_target
 from app.tiering.store import ObjectStore, StoreUnavailable, sha256_hex
 
 log = logging.getLogger("rill.tiering")
-
-_U32 = struct.Struct(">I")
 
 
 @dataclass
@@ -39,17 +36,6 @@ class TieringConfig:
     segment_max_records: int = 100_000  # bounds the boundary list a TierSegment entry carries
     local_disk_budget: int = 1 << 30
     interval: float = 0.5
-
-
-@dataclass
-class Built:
-    lo: int
-    hi: int
-    key: str
-    data: bytes
-    starts: bytes
-    min_time: int
-    max_time: int
 
 
 class TieringWorker:
@@ -131,20 +117,17 @@ class TieringWorker:
         built = await asyncio.to_thread(self._build, meta, meta.tiered, meta.tail)
         if built is None:
             return False
-        await asyncio.to_thread(self._upload, built)
-        command = TierSegment(
-            meta.sid, built.lo, built.hi, built.key, len(built.data), sha256_hex(built.data),
-            built.min_time, built.max_time, built.starts,
-        )  # fmt: skip
-        outcome = await self.engine.submit(command)
+        segment, data = built
+        await asyncio.to_thread(self._upload, segment, data)
+        outcome = await self.engine.submit(TierSegment(meta.sid, segment))
         if outcome.code is not Code.OK:
-            log.info("segment %s was not recorded (%s)", built.key, outcome.code.value)
+            log.info("segment %s was not recorded (%s)", segment.key, outcome.code.value)
             return False
         self.uploaded += 1
         return True
 
-    def _build(self, meta: StreamMeta, lo: int, tail: int) -> Built | None:
-        """The next segment from committed records at `lo`; None if they changed under us."""
+    def _build(self, meta: StreamMeta, lo: int, tail: int) -> tuple[SegmentInfo, bytes] | None:
+        """The next segment from committed records at `lo`, and its file; None if they changed under us."""
         records: list[seg.Record] = []
         size, expected = 0, lo
         for key, value in self.machine.kv.scan(r.DATA, r.data_key(meta.sid, lo), r.data_key(meta.sid, tail)):
@@ -158,18 +141,17 @@ class TieringWorker:
                 break
         if not records:
             return None
-        hi = expected
-        starts = b"".join(_U32.pack(rec.pos - lo) for rec in records)
         times = [rec.time for rec in records]
         data = seg.build(meta.bucket, meta.name, meta.content_type, records)
-        return Built(lo, hi, seg.segment_key(meta.bucket, meta.name, lo, hi), data, starts, min(times), max(times))
+        object_key = seg.segment_key(meta.bucket, meta.name, lo, expected)
+        starts = r.encode_starts(lo, [rec.pos for rec in records])
+        return SegmentInfo(lo, expected, object_key, len(data), sha256_hex(data), min(times), max(times), starts), data
 
-    def _upload(self, built: Built) -> None:
-        self.store.put(built.key, built.data)
-        info = self.store.stat(built.key)
-        digest = sha256_hex(built.data)
-        if info is None or info.size != len(built.data) or (info.sha256 is not None and info.sha256 != digest):
-            raise StoreUnavailable(f"uploaded {built.key} but the store holds something else")
+    def _upload(self, segment: SegmentInfo, data: bytes) -> None:
+        self.store.put(segment.key, data)
+        info = self.store.stat(segment.key)
+        if info is None or info.size != segment.size or info.sha256 not in (None, segment.sha256):
+            raise StoreUnavailable(f"uploaded {segment.key} but the store holds something else")
 
     async def _publish_manifests(self) -> None:
         for meta in list(self.machine.streams.values()):

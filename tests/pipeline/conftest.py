@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from app.protocol.offsets import format_offset
-from app.tiering.segment import Manifest, Record, SegmentEntry, build, manifest_key, segment_key, stream_dir
+from app.tiering.segment import Manifest, Record, build, entry, manifest_key, segment_key
 from app.tiering.store import ObjectStore, StoreOptions, open_store
 from tests.moto import MotoS3
 
@@ -66,17 +64,7 @@ def write_stream(store: ObjectStore, bucket: str, stream: str, sizes: list[int])
         data = build(bucket, stream, "text/plain", seg)
         key = segment_key(bucket, stream, seg[0].pos, pos)
         store.put(key, data)
-        entry = SegmentEntry(
-            path=key[len(stream_dir(bucket, stream)) + 1 :],
-            first_offset=format_offset(seg[0].pos),
-            next_offset=format_offset(pos),
-            records=len(seg),
-            bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-            min_append_time=seg[0].time,
-            max_append_time=seg[-1].time,
-        )
-        manifest.segments.append(entry)
+        manifest.segments.append(entry(bucket, stream, seg, data))
         records.extend(seg)
     store.put(manifest_key(bucket, stream), manifest.to_json())
     return records, manifest

@@ -11,6 +11,7 @@ import json
 import struct
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,6 +39,12 @@ from tests.state_machine.test_machine import JSON, OCTET, TEXT, H, P, jrec
 U32 = struct.Struct(">I")
 BIG = 1 << 20
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def tier_cmd(
+    sid: int, lo: int, hi: int, key: str, size: int, sha: str, first: int, last: int, starts: bytes
+) -> TierSegment:
+    return TierSegment(sid, r.SegmentInfo(lo, hi, key, size, sha, first, last, starts))
 
 
 class DictCold:
@@ -92,7 +99,7 @@ class TH(H):
         self.objects[key] = data
         starts = b"".join(U32.pack(rec.pos - lo) for rec in recs)
         times = [rec.time for rec in recs] or [0]
-        return TierSegment(meta.sid, lo, hi, key, len(data), sha256_hex(data), min(times), max(times), starts)
+        return tier_cmd(meta.sid, lo, hi, key, len(data), sha256_hex(data), min(times), max(times), starts)
 
     def tier(self, name: str, hi: int | None = None) -> Outcome:
         return self.one(self.segment_cmd(name, hi))
@@ -179,7 +186,9 @@ def test_tier_segment_at_a_boundary_is_recorded() -> None:
     raw = h.kv.get(r.SEGMENTS, r.data_key(meta.sid, 0))
     assert raw is not None
     info = r.decode_segment(raw)
-    assert info == r.SegmentInfo(0, 5, cmd.key, cmd.size, cmd.sha256, T0, T0, U32.pack(0) + U32.pack(3))
+    assert info == r.SegmentInfo(
+        0, 5, cmd.segment.key, cmd.segment.size, cmd.segment.sha256, T0, T0, U32.pack(0) + U32.pack(3)
+    )
     assert info.records == 2
     assert h.kv.get(r.STREAMS, r.sid_key(meta.sid)) == r.encode(meta), "the new tiered mark is persisted"
     assert list(h.sm.segments(meta.sid, 0, meta.tail)) == [info]
@@ -215,7 +224,7 @@ def test_tier_segment_is_stale_unless_lo_is_tiered_and_hi_a_boundary_within_the_
 ) -> None:
     h = filled()
     cmd = h.segment_cmd("s", hi, lo)
-    cmd.starts = cmd.starts or U32.pack(0)
+    cmd.segment = msgspec.structs.replace(cmd.segment, starts=cmd.segment.starts or U32.pack(0))
     before = h.state()
     assert h.one(cmd).code is Code.STALE, why
     assert h.state() == before
@@ -224,7 +233,7 @@ def test_tier_segment_is_stale_unless_lo_is_tiered_and_hi_a_boundary_within_the_
 def test_tier_segment_without_starts_is_stale() -> None:
     h = filled()
     cmd = h.segment_cmd("s", 5)
-    cmd.starts = b""
+    cmd.segment = msgspec.structs.replace(cmd.segment, starts=b"")
     before = h.state()
     assert h.one(cmd).code is Code.STALE
     assert h.state() == before
@@ -233,7 +242,7 @@ def test_tier_segment_without_starts_is_stale() -> None:
 def test_tier_segment_for_an_unknown_or_deleted_stream_is_stale() -> None:
     h = filled()
     cmd = h.segment_cmd("s", 5)
-    unknown = TierSegment(999, 0, 5, "b/x/segments/y.parquet", 1, "00", T0, T0, U32.pack(0))
+    unknown = tier_cmd(999, 0, 5, "b/x/segments/y.parquet", 1, "00", T0, T0, U32.pack(0))
     before = h.state()
     assert h.one(unknown).code is Code.STALE
     assert h.state() == before
@@ -677,7 +686,7 @@ def test_tier_segment_in_the_same_batch_as_the_delete_that_queued_its_key() -> N
     h = filled()
     h.tier("s", 3)
     key = seg.segment_key(B, "s", 0, 3)
-    retier = TierSegment(h.sm.next_sid, 0, 3, key, 1, "00", T0, T0, U32.pack(0))  # the recreated stream's
+    retier = tier_cmd(h.sm.next_sid, 0, 3, key, 1, "00", T0, T0, U32.pack(0))  # the recreated stream's
     out = h.batch(DeleteStream(B, "s"), CreateStream(B, "s", OCTET, False, body=b"aaa"), retier)
     assert [o.code for o in out] == [Code.DELETED, Code.CREATED, Code.OK]
     assert h.gc_queue() == set()
@@ -689,7 +698,7 @@ def test_delete_after_tiering_in_the_same_batch_queues_the_new_segment() -> None
     cmd = h.segment_cmd("s", 5)
     out = h.batch(cmd, DeleteStream(B, "s"))
     assert [o.code for o in out] == [Code.OK, Code.DELETED]
-    assert h.gc_queue() == {cmd.key, seg.manifest_key(B, "s")}
+    assert h.gc_queue() == {cmd.segment.key, seg.manifest_key(B, "s")}
     assert dump(h.kv)[r.SEGMENTS] == []
 
 
@@ -766,7 +775,7 @@ def scenario(h: TH) -> None:
     h.tier("f")
     h.evict("f")
     h.evict("j")
-    h.one(TierSegment(999, 0, 1, "x", 1, "y", 0, 0, U32.pack(0)))  # stale
+    h.one(tier_cmd(999, 0, 1, "x", 1, "y", 0, 0, U32.pack(0)))  # stale
     h.delete("a")
     h.create("gone", OCTET, body=b"g")
     h.tier("gone")
@@ -802,7 +811,7 @@ def test_tier_and_evict_in_one_batch_equal_separate_batches() -> None:
 def test_evict_two_segments_tiered_in_the_same_batch() -> None:
     h = filled()
     first = h.segment_cmd("s", 3)
-    second = TierSegment(first.sid, 3, 9, seg.segment_key(B, "s", 3, 9), 1, "0", T0, T0, U32.pack(0) + U32.pack(2))
+    second = tier_cmd(first.sid, 3, 9, seg.segment_key(B, "s", 3, 9), 1, "0", T0, T0, U32.pack(0) + U32.pack(2))
     out = h.batch(first, second, Evict(first.sid, 9))
     assert [o.code for o in out] == [Code.OK, Code.OK, Code.OK]
 
