@@ -8,8 +8,8 @@ from pathlib import Path
 
 import uvicorn
 
-from app import cluster_cli
 from app.bench import cli as bench_cli
+from app.cluster import cli as cluster_cli
 from app.config import load_settings, parse_peers
 from app.pipeline import cli as pipeline_cli
 from app.server import create_app

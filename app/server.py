@@ -18,23 +18,24 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import cluster_routes
+from app.cluster import routes as cluster_routes
+from app.cluster.checkpoints import PATH as SNAPSHOT_PATH
+from app.cluster.checkpoints import Snapshots
+from app.cluster.driver import RaftNode
+from app.cluster.transport import PATH as TRANSPORT_PATH
+from app.cluster.transport import Transport
 from app.config import Settings
-from app.protocol.engine import Engine, Limits
+from app.node import Engine, Limits, Signals
 from app.protocol.errors import error_reply
 from app.protocol.http import to_response, with_security_headers
-from app.protocol.live import Signals
 from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft.messages import Membership
-from app.raft_node import RaftNode
-from app.raft_transport import PATH as TRANSPORT_PATH
-from app.raft_transport import Transport
 from app.routes import StreamRoutes
-from app.snapshots import PATH as SNAPSHOT_PATH
-from app.snapshots import Snapshots, StateStore
 from app.state_machine.machine import StateMachine
+from app.state_machine.records import COLUMN_FAMILIES
 from app.storage.rocks import RocksKV
+from app.storage.state_store import StateStore
 from app.tiering.cache import SegmentCache
 from app.tiering.store import FileStore, StoreOptions, open_store
 from app.tiering.worker import TieringConfig, TieringWorker
@@ -112,7 +113,7 @@ def create_app(settings: Settings) -> ASGIApp:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         data_dir = Path(settings.data_dir)
         raft_kv = RocksKV(data_dir / "raft", log_store.COLUMN_FAMILIES)
-        state_store = StateStore(data_dir)
+        state_store = StateStore(data_dir, COLUMN_FAMILIES)
         signals = Signals()
         machine = StateMachine(state_store.open(), on_change=signals.notify)
         membership = machine.membership or Membership(settings.peers or {settings.node_id: ""})

@@ -26,8 +26,8 @@ from app.raft.log_store import LogStore
 from app.raft.messages import Membership, Message, encode
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, Producer, encode_envelope
+from app.state_machine.export import Pair, applied_point, export, load
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
-from app.state_machine.snapshot import Pair, applied_point, export, load
 from app.storage.kv import MemoryKV
 
 STREAMS = 2

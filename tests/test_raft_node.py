@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app import raft_node
+from app.cluster import driver as raft_node
+from app.cluster.driver import RaftNode
 from app.raft import log_store
 from app.raft.log_store import LogStore
-from app.raft_node import RaftNode
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine

@@ -13,7 +13,7 @@ import httpx
 
 from app.bench.run import Run
 from app.bench.stats import Recorder, client_cpu
-from app.http_client import ConnectionClosed, connect, encode_request
+from app.cluster.http1 import ConnectionClosed, connect, encode_request
 
 
 @dataclass

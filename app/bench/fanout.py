@@ -12,7 +12,7 @@ from typing import Any
 from app.bench.append import create_streams
 from app.bench.run import Run
 from app.bench.stats import client_cpu, latency_summary
-from app.http_client import connect, encode_request, open_event_stream
+from app.cluster.http1 import connect, encode_request, open_event_stream
 
 JSON = "application/json"
 

@@ -23,7 +23,7 @@ from pyspark.sql import datasource as sds
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from app.protocol.offsets import format_offset
+from app.domain.offsets import format_offset
 from app.tiering.segment import SCHEMA, Manifest, manifest_key
 from app.tiering.store import ObjectStore, StoreOptions, open_store
 

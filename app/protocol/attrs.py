@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
+from app.domain.errors import bad_request
+from app.node import Engine
 from app.protocol.bodies import read_body
-from app.protocol.engine import Engine
-from app.protocol.errors import bad_request
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import StreamTarget

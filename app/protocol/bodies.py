@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from app.protocol.errors import ProtocolError, bad_request
+from app.domain.errors import ProtocolError, bad_request
 from app.protocol.headers import parse_uint
 from app.protocol.http import Call
 

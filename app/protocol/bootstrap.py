@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import secrets
 
-from app.protocol.engine import Engine
-from app.protocol.errors import bad_request
+from app.domain.errors import bad_request
+from app.domain.offsets import format_offset
+from app.node import Engine
 from app.protocol.http import Call, Reply
-from app.protocol.offsets import format_offset
 from app.protocol.responses import NO_STORE
 from app.protocol.stream_snapshots import blob, digest_header
 from app.protocol.target import StreamTarget

@@ -7,11 +7,12 @@ import re
 import msgspec
 from starlette.types import Send
 
-from app.protocol.engine import Engine, now_ms
-from app.protocol.errors import ProtocolError, answer, bad_request, error_reply
+from app.domain.errors import ProtocolError, bad_request
+from app.domain.offsets import format_offset
+from app.node import Engine
+from app.protocol.errors import answer, error_reply
 from app.protocol.headers import format_expires_at, parse_uint, single_query
 from app.protocol.http import Call, Reply
-from app.protocol.offsets import format_offset
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.retention import parse_retention
 from app.state_machine.commands import Code, CreateBucket, DeleteBucket
@@ -57,7 +58,7 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
     limit = parse_uint(single_query(params, "limit") or "100")
     if limit is None or not 1 <= limit <= 1000:
         raise bad_request("limit must be an integer from 1 to 1000", "invalid_limit")
-    now = now_ms()
+    now = engine.now_ms()
     streams: list[dict[str, object]] = []
     has_more = False
     for meta in engine.machine.bucket_streams(bucket, prefix, after):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from starlette.types import Send
 
+from app.node import Engine
 from app.protocol import append_batch, attrs, bootstrap, retention, stream_snapshots
-from app.protocol.engine import Engine
 from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply
 from app.protocol.target import StreamTarget

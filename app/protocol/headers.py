@@ -6,11 +6,10 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from app.protocol.errors import bad_request
+from app.domain.errors import bad_request
 from app.state_machine.commands import Producer
 
 MAX_SAFE_INTEGER = 2**53 - 1
-DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 # Bounded lengths: Python refuses to convert very long digit strings, and nothing here needs more.
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,15}")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.domain.errors import ProtocolError, bad_request
+from app.domain.offsets import format_offset, parse_offset
+from app.node import Engine
 from app.protocol.cursor import next_cursor
-from app.protocol.engine import Engine, now_ms
-from app.protocol.errors import ProtocolError, bad_request
 from app.protocol.headers import single_query
 from app.protocol.http import Call, Reply
-from app.protocol.offsets import format_offset, parse_offset
 from app.protocol.responses import CACHE_PUBLIC, NO_STORE, etag, metadata_headers, trimmed
 from app.protocol.target import StreamTarget
 from app.state_machine.reader import Chunk
@@ -106,7 +106,7 @@ async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadReques
         if meta.closed:
             headers["stream-closed"] = "true"
     if read.live == "long-poll":
-        headers["stream-cursor"] = next_cursor(now_ms(), read.cursor)
+        headers["stream-cursor"] = next_cursor(engine.now_ms(), read.cursor)
         if not chunk.payloads:
             headers["cache-control"] = NO_STORE
             del headers["content-type"]

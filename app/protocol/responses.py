@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.protocol.errors import ProtocolError
+from app.domain.errors import ProtocolError
+from app.domain.offsets import format_offset
 from app.protocol.headers import format_expires_at
-from app.protocol.offsets import format_offset
 from app.state_machine.commands import Code, Outcome
 from app.state_machine.records import StreamMeta
 

@@ -16,14 +16,14 @@ from collections.abc import AsyncIterator
 import msgspec
 from sse_starlette.sse import EventSourceResponse
 
+from app.domain.errors import ProtocolError
+from app.domain.media import media_type
+from app.domain.offsets import format_offset
+from app.node import Engine
 from app.protocol.cursor import next_cursor
-from app.protocol.engine import Engine, now_ms
-from app.protocol.errors import ProtocolError
 from app.protocol.http import SECURITY_HEADERS
-from app.protocol.offsets import format_offset
 from app.protocol.reads import ReadRequest, checked_position, render_body
 from app.protocol.target import StreamTarget
-from app.state_machine.reader import media_type
 
 _LINES = re.compile(rb"\r\n|\r|\n")
 _json = msgspec.json.Encoder()
@@ -85,7 +85,7 @@ async def _events(
         at_tail = chunk.next_pos >= meta.tail
         closed = meta.closed and at_tail
         if chunk.payloads:
-            cursor = next_cursor(now_ms(), cursor)
+            cursor = next_cursor(engine.now_ms(), cursor)
             pos = chunk.next_pos
             body = render_body(meta, chunk)
             yield data_event(body, binary) + control_event(pos, cursor, at_tail, closed)
@@ -97,7 +97,7 @@ async def _events(
             yield control_event(pos, None, True, True)
             return
         if not announced:
-            cursor = next_cursor(now_ms(), cursor)
+            cursor = next_cursor(engine.now_ms(), cursor)
             yield control_event(pos, cursor, True, False)
             announced = True
             continue  # the stream may have changed while we were suspended

@@ -10,11 +10,12 @@ import asyncio
 import hashlib
 from urllib.parse import quote
 
+from app.domain.errors import ProtocolError
+from app.domain.media import DEFAULT_CONTENT_TYPE
+from app.domain.offsets import format_offset, parse_position
+from app.node import Engine
 from app.protocol.bodies import read_body
-from app.protocol.engine import Engine
-from app.protocol.errors import ProtocolError
 from app.protocol.http import Call, Reply
-from app.protocol.offsets import format_offset, parse_position
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import StreamTarget
 from app.state_machine.commands import Code, DeleteSnapshot, PublishSnapshot
@@ -23,7 +24,6 @@ from app.tiering.segment import stream_dir
 from app.tiering.store import StoreUnavailable
 
 INLINE_MAX_BYTES = 256 * 1024
-DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
 def digest_header(sha256: str) -> str:

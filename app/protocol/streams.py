@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from starlette.types import Send
 
+from app.domain.errors import ProtocolError
+from app.node import Engine
 from app.protocol import reads, sse, writes
-from app.protocol.engine import Engine
-from app.protocol.errors import ProtocolError, error_reply, render_error
+from app.protocol.errors import error_reply, render_error
 from app.protocol.http import Call, Reply, send_reply
 from app.protocol.target import StreamTarget
 

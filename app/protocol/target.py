@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from app.protocol.errors import bad_request
+from app.domain.errors import bad_request
 
 MAX_STREAM_ID_BYTES = 1024
 

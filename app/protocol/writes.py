@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from app.domain.errors import ProtocolError, bad_request
+from app.domain.media import DEFAULT_CONTENT_TYPE, JSON, media_type
+from app.domain.offsets import parse_position
+from app.node import Engine
 from app.protocol.attrs import parse_attrs
 from app.protocol.bodies import json_record, read_body
-from app.protocol.engine import Engine
-from app.protocol.errors import ProtocolError, bad_request
 from app.protocol.headers import (
-    DEFAULT_CONTENT_TYPE,
     parse_expires_at,
     parse_flag,
     parse_producer,
@@ -16,14 +17,10 @@ from app.protocol.headers import (
     parse_ttl,
 )
 from app.protocol.http import Call, Reply
-from app.protocol.offsets import parse_position
 from app.protocol.responses import raise_for, write_headers
 from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
-from app.state_machine.reader import media_type
-
-JSON = "application/json"
 
 
 def _require_bucket(engine: Engine, target: StreamTarget) -> None:

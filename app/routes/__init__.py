@@ -13,8 +13,9 @@ import logging
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
+from app.domain.errors import LeaderOnly, ProtocolError
 from app.protocol.buckets import serve_bucket
-from app.protocol.errors import LeaderOnly, ProtocolError, error_reply, render_error
+from app.protocol.errors import error_reply, render_error
 from app.protocol.extensions import Extension, serve_extension
 from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.streams import serve_stream

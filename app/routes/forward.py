@@ -1,7 +1,7 @@
 """Proxying a write from a follower to the leader (`--forward-writes`), for clients that cannot
 re-send a body on a 307 (Node's fetch cannot, for binary bodies).
 
-Requests go over the raw keep-alive client of app/http_client.py (httpx costs about a millisecond
+Requests go over the raw keep-alive client of app/cluster/http1.py (httpx costs about a millisecond
 of CPU per request, which a follower forwarding every write cannot spare), one request at a time
 per connection, with idle connections kept for reuse.
 """
@@ -13,9 +13,10 @@ import time
 
 from starlette.types import Scope
 
-from app.http_client import Connection, connect, encode_request, parse_headers
+from app.cluster.http1 import Connection, connect, encode_request, parse_headers
+from app.domain.errors import error_body
 from app.protocol.bodies import read_body
-from app.protocol.errors import error_body, error_reply
+from app.protocol.errors import error_reply
 from app.protocol.http import Call, Reply
 
 # Set per hop, or by send_reply for every response: never copied across.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.domain.media import media_type
 from app.raft.messages import MEMBERSHIP, Entry, Membership, decode_membership
 from app.state_machine import records as r
 from app.state_machine.commands import (
@@ -37,7 +38,7 @@ from app.state_machine.commands import (
 )
 from app.state_machine.history import HistoryRules
 from app.state_machine.producers import Verdict, expected_seq, judge
-from app.state_machine.reader import StreamReader, media_type
+from app.state_machine.reader import StreamReader
 from app.storage.kv import KV, Batch
 
 

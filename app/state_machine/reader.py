@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Protocol
 
 import msgspec
@@ -17,12 +16,6 @@ from app.state_machine import records as r
 from app.storage.kv import KV
 
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-@lru_cache(maxsize=1024)
-def media_type(content_type: str) -> str:
-    """The comparable part of a content type: lower-cased, parameters dropped."""
-    return content_type.split(";", 1)[0].strip().lower()
 
 
 def split_json_record(payload: bytes | memoryview) -> list[bytes]:

@@ -16,7 +16,7 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from app.protocol.offsets import format_offset
+from app.domain.offsets import format_offset
 
 FORMAT_VERSION = 1
 ROW_GROUP_BYTES = 1 << 20

@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
-from app.protocol.engine import Engine, now_ms
-from app.protocol.errors import ProtocolError
-from app.protocol.offsets import format_offset
+from app.domain.errors import ProtocolError
+from app.domain.offsets import format_offset
 from app.state_machine import records as r
-from app.state_machine.commands import Code, Evict, ForgetObjects, Retain, TierSegment
+from app.state_machine.commands import Code, Command, Evict, ForgetObjects, Outcome, Retain, TierSegment
+from app.state_machine.machine import StateMachine
 from app.state_machine.records import SegmentInfo, StreamMeta
 from app.tiering import segment as seg
 from app.tiering.retention import retention_target
@@ -38,10 +38,26 @@ class TieringConfig:
     interval: float = 0.5
 
 
+class Proposer(Protocol):
+    """What the worker needs of its node: the applied state, a clock, and a way to propose."""
+
+    machine: StateMachine
+    uploading: set[str]  # keys being uploaded by others (snapshot publishes): never collected
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def now_ms(self) -> int: ...
+
+    async def submit(self, command: Command) -> Outcome: ...
+
+    async def read_barrier(self) -> None: ...
+
+
 class TieringWorker:
-    def __init__(self, engine: Engine, store: ObjectStore, config: TieringConfig) -> None:
-        self.engine = engine
-        self.machine = engine.machine
+    def __init__(self, node: Proposer, store: ObjectStore, config: TieringConfig) -> None:
+        self.node = node
+        self.machine = node.machine
         self.store = store
         self.config = config
         self.available = True
@@ -64,7 +80,7 @@ class TieringWorker:
     async def run_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.interval)
-            if not self.engine.node.is_leader:
+            if not self.node.is_leader:
                 self._published.clear()  # a later term republishes every manifest
                 continue
             try:
@@ -81,7 +97,7 @@ class TieringWorker:
 
     async def run_once(self) -> None:
         """One pass: everything due is tiered, published, evicted and collected."""
-        await self.engine.read_barrier()
+        await self.node.read_barrier()
         for meta in sorted(self._due(), key=lambda m: m.sid):
             while self._is_due(meta) and self.machine.streams.get(meta.sid) is meta:
                 if not await self._tier_one(meta):
@@ -93,13 +109,13 @@ class TieringWorker:
 
     async def _retain(self) -> None:
         """Applies streams' automatic retention (max-age, max-bytes)."""
-        now = now_ms()
+        now = self.node.now_ms()
         for meta in list(self.machine.streams.values()):
             if meta.deleted or (meta.retention_age is None and meta.retention_bytes is None):
                 continue
             target = retention_target(self.machine, meta, now)
             if target is not None:
-                await self.engine.submit(Retain(meta.bucket, meta.name, target, auto=True))
+                await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
 
     def _due(self) -> list[StreamMeta]:
         return [m for m in list(self.machine.streams.values()) if self._is_due(m)]
@@ -111,7 +127,7 @@ class TieringWorker:
         if pending >= self.config.segment_max_bytes:
             return True
         first = self.machine.kv.get(r.DATA, r.data_key(meta.sid, meta.tiered))
-        return first is not None and now_ms() - r.record_time(first) >= self.config.segment_max_age * 1000
+        return first is not None and self.node.now_ms() - r.record_time(first) >= self.config.segment_max_age * 1000
 
     async def _tier_one(self, meta: StreamMeta) -> bool:
         built = await asyncio.to_thread(self._build, meta, meta.tiered, meta.tail)
@@ -119,7 +135,7 @@ class TieringWorker:
             return False
         segment, data = built
         await asyncio.to_thread(self._upload, segment, data)
-        outcome = await self.engine.submit(TierSegment(meta.sid, segment))
+        outcome = await self.node.submit(TierSegment(meta.sid, segment))
         if outcome.code is not Code.OK:
             log.info("segment %s was not recorded (%s)", segment.key, outcome.code.value)
             return False
@@ -191,7 +207,7 @@ class TieringWorker:
             if excess <= 0:
                 return
             freed = meta.tiered - meta.evicted
-            outcome = await self.engine.submit(Evict(meta.sid, meta.tiered))
+            outcome = await self.node.submit(Evict(meta.sid, meta.tiered))
             if outcome.code is Code.OK:
                 excess -= freed
 
@@ -205,10 +221,10 @@ class TieringWorker:
                 self._published = {n: v for n, v in self._published.items() if seg.manifest_key(*n) != key}
             done.append(key)
         if done:
-            await self.engine.submit(ForgetObjects(done))
+            await self.node.submit(ForgetObjects(done))
 
     def _referenced(self, key: str) -> bool:
-        if key in self.engine.uploading:
+        if key in self.node.uploading:
             return True
         if "/snapshots/" in key:
             bucket, _, stream = key.rpartition("/snapshots/")[0].partition("/")

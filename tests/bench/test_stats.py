@@ -57,7 +57,7 @@ def test_merge_and_latency_summary() -> None:
 
 
 def test_chunked_bodies_are_reassembled() -> None:
-    from app.http_client import _dechunk, header
+    from app.cluster.http1 import _dechunk, header
 
     raw = bytearray(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\nNEXT")
     assert _dechunk(raw, 0) == (b"hello world", len(raw) - 4)

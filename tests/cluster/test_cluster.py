@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.raft_transport import AUTH_HEADER, PATH, sign
+from app.cluster.transport import AUTH_HEADER, PATH, sign
 from app.state_machine import records
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
 from app.storage.rocks import RocksKV

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNull, LessThan, LessThanOrEqual
 
+from app.domain.offsets import format_offset
 from app.pipeline import PUSHDOWN_CONF
 from app.pipeline.datasource import (
     SPARK_SCHEMA,
@@ -27,7 +28,6 @@ from app.pipeline.datasource import (
     pick_row_groups,
     plan,
 )
-from app.protocol.offsets import format_offset
 from app.tiering.segment import SCHEMA, Record
 from tests.pipeline.conftest import LAYOUT, Cold
 

@@ -11,9 +11,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
+from app.domain.offsets import format_offset
 from app.pipeline.cli import add_parser, main, read_options
 from app.pipeline.export import export
-from app.protocol.offsets import format_offset
 from tests.pipeline.conftest import LAYOUT, Cold
 
 

@@ -27,8 +27,8 @@ from app.raft.messages import (
 )
 from app.state_machine import records as r
 from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
+from app.state_machine.export import Pair, applied_point, export, load
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
-from app.state_machine.snapshot import Pair, applied_point, export, load
 from app.storage.kv import MemoryKV
 from tests.raft.helpers import drain
 from tests.state_machine.helpers import T0, dump

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from app.domain.media import media_type
 from app.raft.messages import Entry
 from app.state_machine import records as r
 from app.state_machine.commands import (
@@ -29,7 +30,6 @@ from app.state_machine.commands import (
     encode_envelope,
 )
 from app.state_machine.machine import BUILTIN_BUCKETS, COMPAT_BUCKET, LEGACY_BUCKET, StateMachine
-from app.state_machine.reader import media_type
 from app.storage.kv import MemoryKV
 from app.storage.rocks import RocksKV
 from tests.state_machine.helpers import T0, B, dump

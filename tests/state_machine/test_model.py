@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from app.domain.media import media_type
 from app.raft.messages import Entry
 from app.state_machine import records as r
 from app.state_machine.commands import (
@@ -35,7 +36,6 @@ from app.state_machine.commands import (
     encode_envelope,
 )
 from app.state_machine.machine import StateMachine
-from app.state_machine.reader import media_type
 from app.storage.kv import MemoryKV
 from tests.state_machine.helpers import T0, B, dump
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.protocol.offsets import format_offset
+from app.domain.offsets import format_offset
 from app.tiering import segment as seg
 
 T0 = 1_700_000_000_000

@@ -1,7 +1,7 @@
 """Raft messages between nodes: msgpack batches over HTTP, signed with the cluster secret.
 
 Each peer has one sender task that drains its queue into a single request (on the raw
-keep-alive client of app/http_client.py; httpx costs too much CPU per message),
+keep-alive client of app/cluster/http1.py; httpx costs too much CPU per message),
 so messages produced together travel together over one keep-alive
 connection. Raft tolerates loss, so a full queue drops its oldest messages
 (they are resent on later heartbeats) instead of holding memory, and a peer
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from app.http_client import Connection, connect, encode_request
+from app.cluster.http1 import Connection, connect, encode_request
 from app.raft.messages import Message
 
 log = logging.getLogger("rill.transport")

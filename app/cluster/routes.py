@@ -15,15 +15,15 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.protocol.engine import Engine
+from app.cluster.checkpoints import decode_chunk
+from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
+from app.cluster.transport import AUTH_HEADER, verify
+from app.cluster.transport import decode as decode_messages
+from app.node import Engine
 from app.protocol.errors import error_reply
 from app.protocol.http import to_response
 from app.raft.messages import Membership
-from app.raft_node import MembershipRefused, NotLeader, ProposalDropped, RaftNode
-from app.raft_transport import AUTH_HEADER, verify
-from app.raft_transport import decode as decode_messages
 from app.routes.forward import leader_redirect
-from app.snapshots import decode_chunk
 
 CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up before promotion
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from app.protocol.errors import bad_request
+from app.domain.errors import bad_request
 
 START = -1
 _TOKEN = re.compile(r"0{16}_[0-9]{16}")  # not \d: that takes any Unicode digit

@@ -1,4 +1,4 @@
-"""Raft snapshots on disk and between nodes.
+"""Raft snapshots between nodes: checkpoints of the state store, streamed in signed chunks.
 
 The leader takes a RocksDB checkpoint of the state machine's store (consistent across column
 families, cheap: hard links) and streams its pairs to a follower in signed chunks, one in
@@ -14,29 +14,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
-import rocksdict
 
 from app.state_machine import records
+from app.state_machine.export import Pair, applied_point, export, load
 from app.state_machine.machine import StateMachine
-from app.state_machine.snapshot import Pair, applied_point, export, load
 from app.storage.rocks import RocksKV
+from app.storage.state_store import StateStore
 
 if TYPE_CHECKING:
-    from app.raft_node import RaftNode
-    from app.raft_transport import Transport
+    from app.cluster.driver import RaftNode
+    from app.cluster.transport import Transport
 
 log = logging.getLogger("rill.snapshots")
 
 PATH = "/_rill/snapshot"
 CHUNK_BYTES = 1 << 20
-_COMPLETE = "COMPLETE"
 
 
 class SnapshotChunk(msgspec.Struct, array_like=True):
@@ -56,61 +54,6 @@ _decoder = msgspec.msgpack.Decoder(SnapshotChunk)
 
 def decode_chunk(body: bytes) -> SnapshotChunk:
     return _decoder.decode(body)
-
-
-class StateStore:
-    """The directory of the state machine's store, its staged replacement, and checkpoints."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "state"
-        self.staging = data_dir / "state.staging"
-        self.checkpoints = data_dir / "checkpoints"
-
-    def open(self) -> RocksKV:
-        """Opens the store, first finishing an install a crash interrupted."""
-        if (self.staging / _COMPLETE).exists():
-            self.swap()
-        shutil.rmtree(self.staging, ignore_errors=True)
-        shutil.rmtree(self.checkpoints, ignore_errors=True)
-        return RocksKV(self.path, records.COLUMN_FAMILIES)
-
-    def checkpoint(self, kv: RocksKV, name: str) -> Path:
-        path = self.checkpoints / name
-        shutil.rmtree(path, ignore_errors=True)
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        rocksdict.Checkpoint(kv.db).create_checkpoint(str(path))
-        return path
-
-    def begin_staging(self) -> RocksKV:
-        shutil.rmtree(self.staging, ignore_errors=True)
-        return RocksKV(self.staging, records.COLUMN_FAMILIES)
-
-    def complete_staging(self, kv: RocksKV) -> None:
-        kv.sync_wal()
-        kv.close()
-        marker = self.staging / _COMPLETE
-        marker.write_bytes(b"")
-        _fsync(marker)
-        _fsync(self.staging)
-
-    def swap(self) -> None:
-        """Makes the complete staging store the state store (the old one is removed)."""
-        old = self.path.with_name("state.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if self.path.exists():
-            self.path.rename(old)
-        (self.staging / _COMPLETE).unlink()
-        self.staging.rename(self.path)
-        _fsync(self.path.parent)
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Snapshots:

@@ -1,4 +1,8 @@
-"""The protocol's view of a node: submit commands through Raft, look up streams, renew TTLs."""
+"""The node's service layer: submit commands through Raft, look up and read streams, renew TTLs.
+
+Every route family, the cluster routes and the tiering worker go through an `Engine`; none of
+them drives the Raft node or the state machine directly. Time comes from an injected clock.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.protocol.errors import LeaderOnly, ProtocolError
-from app.protocol.live import Signals
+from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
+from app.domain.errors import LeaderOnly, ProtocolError
 from app.raft.messages import Membership
-from app.raft_node import NotLeader, ProposalDropped, RaftNode
 from app.state_machine.commands import Append, CollectExpired, Command, CreateStream, Outcome, Touch, encode_envelope
 from app.state_machine.machine import StateMachine
 from app.state_machine.reader import Chunk, ColdMiss, ColdSource
@@ -49,8 +52,37 @@ def _adds_data(command: Command) -> bool:
     return isinstance(command, Append | CreateStream) and bool(command.body)
 
 
-def now_ms() -> int:
+Clock = Callable[[], int]  # milliseconds since the epoch
+
+
+def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class Signals:
+    def __init__(self) -> None:
+        self._waiters: dict[int, set[asyncio.Future[None]]] = {}
+
+    async def wait(self, sid: int, timeout: float) -> bool:
+        """Waits until `sid` changes; False on timeout. Register before any await, right after checking."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault(sid, set())
+        waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiters.discard(fut)
+            if not waiters and self._waiters.get(sid) is waiters:
+                del self._waiters[sid]
+
+    def notify(self, sids: set[int]) -> None:
+        for sid in sids:
+            for fut in self._waiters.pop(sid, ()):
+                if not fut.done():
+                    fut.set_result(None)
 
 
 class Engine:
@@ -65,8 +97,10 @@ class Engine:
         cold: ColdCache | None = None,
         hot_backlog_budget: int = 2 << 30,
         store: ObjectStore | None = None,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self.node = node
+        self.now_ms = clock
         self.cold = cold
         self.store = store
         # Keys being uploaded and not yet recorded: the deletion queue must leave them alone.
@@ -92,7 +126,7 @@ class Engine:
                 {"retry-after": "5"},
             )  # fmt: skip
         try:
-            return await self.node.propose(encode_envelope(now_ms(), command))
+            return await self.node.propose(encode_envelope(self.now_ms(), command))
         except NotLeader:
             raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
         except ProposalDropped:
@@ -181,6 +215,10 @@ class Engine:
         self.peers = {**membership.learners, **membership.voters}
 
     @property
+    def is_leader(self) -> bool:
+        return self.node.is_leader
+
+    @property
     def clustered(self) -> bool:
         return len(self.peers) > 1
 
@@ -206,7 +244,7 @@ class Engine:
             raise LeaderOnly()
         if meta.deleted:
             raise ProtocolError(410, "stream_gone", "stream was deleted; forks still reference its data")
-        if meta.expired(now_ms(), self.touched(meta.sid)):
+        if meta.expired(self.now_ms(), self.touched(meta.sid)):
             if meta.forks:
                 raise ProtocolError(410, "stream_gone", "stream expired; forks still reference its data")
             raise ProtocolError(404, "stream_not_found", "stream not found")
@@ -216,7 +254,7 @@ class Engine:
         """A read renews a sliding TTL: locally now, replicated when a quarter of it has passed."""
         if meta.ttl is None:
             return
-        now = now_ms()
+        now = self.now_ms()
         self._read_touches[meta.sid] = now
         if now - meta.touched_at >= meta.ttl * 250 and meta.sid not in self._touching:
             self._touching.add(meta.sid)
@@ -241,7 +279,7 @@ class Engine:
             await asyncio.sleep(every_seconds)
             if not self.node.is_leader:
                 continue
-            now = now_ms()
+            now = self.now_ms()
             sids = [
                 m.sid
                 for m in list(self.machine.streams.values())
