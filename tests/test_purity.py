@@ -73,11 +73,7 @@ def test_pure_module_imports(path: Path) -> None:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(APP)))
 def test_imports_point_down(path: Path) -> None:
     here = layer_of(_module(path))
-    upward = [
-        name
-        for name in _imports(path)
-        if name.startswith("app.") and layer_of(name.removeprefix("app.")) > here
-    ]
+    upward = [name for name in _imports(path) if name.startswith("app.") and layer_of(name.removeprefix("app.")) > here]
     assert not upward, f"app.{_module(path)} (layer {LAYERS[here]}) imports from higher layers: {upward}"
 
 

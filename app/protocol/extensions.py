@@ -10,16 +10,7 @@ from app.node import Engine
 from app.protocol import append_batch, attrs, bootstrap, retention, stream_snapshots
 from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply
-from app.protocol.target import StreamTarget
-
-# kind -> (methods without an offset argument, methods with one)
-METHODS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "attrs": (("GET", "HEAD", "PUT"), ()),
-    "append-batch": (("POST",), ()),
-    "bootstrap": (("GET", "HEAD"), ()),
-    "snapshot": (("GET", "HEAD"), ("GET", "HEAD", "PUT", "DELETE")),
-    "retention": ((), ("PUT",)),
-}
+from app.protocol.target import SUBROUTES, StreamTarget
 
 
 @dataclass(frozen=True)
@@ -29,21 +20,12 @@ class Extension:
     arg: str | None  # the offset in snapshot/{offset} and retention/{offset}
 
 
-def parse_extension(segments: list[str]) -> tuple[str, str, str | None] | None:
-    """(stream id, kind, offset) when a /ds stream path names a sub-resource; None otherwise."""
-    if len(segments) >= 2 and segments[-1] in METHODS:
-        return "/".join(segments[:-1]), segments[-1], None
-    if len(segments) >= 3 and segments[-2] in ("snapshot", "retention"):
-        return "/".join(segments[:-2]), segments[-2], segments[-1]
-    return None
-
-
 async def serve_extension(engine: Engine, call: Call, ext: Extension, send: Send) -> None:
     await answer(call, send, _dispatch(engine, call, ext))
 
 
 async def _dispatch(engine: Engine, call: Call, ext: Extension) -> Reply:
-    allowed = METHODS[ext.kind][0 if ext.arg is None else 1]
+    allowed = SUBROUTES[ext.kind][0 if ext.arg is None else 1]
     if call.method == "OPTIONS" and allowed:
         return Reply(204, {"allow": ", ".join((*allowed, "OPTIONS"))})
     if call.method not in allowed:

@@ -10,8 +10,16 @@ from app.domain.errors import bad_request
 
 MAX_STREAM_ID_BYTES = 1024
 
-# Trailing segments that name /ds sub-resources, so no stream id may end in them.
-DS_SUBROUTES = ("bootstrap", "attrs", "append-batch", "snapshot", "retention")
+# The /ds sub-resources of a stream, as trailing path segments: kind -> (methods without an
+# offset argument, methods with one, as in snapshot/{offset}). No /ds stream id may end in them.
+SUBROUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "attrs": (("GET", "HEAD", "PUT"), ()),
+    "append-batch": (("POST",), ()),
+    "bootstrap": (("GET", "HEAD"), ()),
+    "snapshot": (("GET", "HEAD"), ("GET", "HEAD", "PUT", "DELETE")),
+    "retention": ((), ("PUT",)),
+}
+WITH_OFFSET = tuple(kind for kind, (_, with_arg) in SUBROUTES.items() if with_arg)
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class StreamTarget:
 
 
 @lru_cache(maxsize=65536)
-def validate_stream_id(name: str, *, reserved: tuple[str, ...] = ()) -> None:
+def validate_stream_id(name: str, *, ds: bool = False) -> None:
     """Raises a 400 ProtocolError for a bad id; good ids are remembered (this runs per request)."""
     if not name:
         raise bad_request("stream id is empty", "invalid_stream_id")
@@ -43,11 +51,18 @@ def validate_stream_id(name: str, *, reserved: tuple[str, ...] = ()) -> None:
     segments = name.split("/")
     if any(seg in ("", ".", "..") for seg in segments):
         raise bad_request("stream id has an empty, '.' or '..' segment", "invalid_stream_id")
-    if reserved and _ends_in_subroute(segments, reserved):
+    if ds and _ends_in_subroute(segments):
         raise bad_request("stream id may not end in a reserved sub-route", "invalid_stream_id")
 
 
-def _ends_in_subroute(segments: list[str], reserved: tuple[str, ...]) -> bool:
-    if segments[-1] in reserved:
-        return True
-    return len(segments) >= 2 and segments[-2] in ("snapshot", "retention")
+def _ends_in_subroute(segments: list[str]) -> bool:
+    return segments[-1] in SUBROUTES or (len(segments) >= 2 and segments[-2] in WITH_OFFSET)
+
+
+def split_subroute(segments: list[str]) -> tuple[str, str, str | None] | None:
+    """(stream id, kind, offset) when a /ds stream path names a sub-resource; None otherwise."""
+    if len(segments) >= 2 and segments[-1] in SUBROUTES:
+        return "/".join(segments[:-1]), segments[-1], None
+    if len(segments) >= 3 and segments[-2] in WITH_OFFSET:
+        return "/".join(segments[:-2]), segments[-2], segments[-1]
+    return None

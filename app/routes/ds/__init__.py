@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.protocol.buckets import validate_bucket
-from app.protocol.extensions import Extension, parse_extension
-from app.protocol.target import DS_SUBROUTES, StreamTarget, validate_stream_id
+from app.protocol.extensions import Extension
+from app.protocol.target import StreamTarget, split_subroute, validate_stream_id
 
 PREFIX = "/ds/"
 
@@ -16,10 +16,10 @@ def target(path: str) -> StreamTarget | Extension | str:
     if not slash:
         return bucket
     base = f"{PREFIX}{bucket}/"
-    extension = parse_extension(name.split("/"))
+    extension = split_subroute(name.split("/"))
     if extension is not None:
         stream, kind, arg = extension
-        validate_stream_id(stream, reserved=DS_SUBROUTES)
+        validate_stream_id(stream, ds=True)
         return Extension(StreamTarget(bucket, stream, base), kind, arg)
-    validate_stream_id(name, reserved=DS_SUBROUTES)
+    validate_stream_id(name, ds=True)
     return StreamTarget(bucket, name, base)
