@@ -224,7 +224,7 @@ class Engine:
 
     def leader_url(self) -> str | None:
         """The leader's base URL when another node leads; None when unknown."""
-        return self.peers.get(self.node.core.leader)
+        return self.peers.get(self.node.status().leader)
 
     def bucket_exists(self, bucket: str) -> bool:
         return bucket in self.machine.buckets

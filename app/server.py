@@ -8,7 +8,7 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -19,8 +19,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.cluster import routes as cluster_routes
-from app.cluster.checkpoints import PATH as SNAPSHOT_PATH
-from app.cluster.checkpoints import Snapshots
+from app.cluster.checkpoints import PATH as CHECKPOINT_PATH
+from app.cluster.checkpoints import Checkpoints
 from app.cluster.driver import RaftNode
 from app.cluster.transport import PATH as TRANSPORT_PATH
 from app.cluster.transport import Transport
@@ -34,6 +34,7 @@ from app.raft.messages import Membership
 from app.routes import StreamRoutes
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import COLUMN_FAMILIES
+from app.storage.kv import KV
 from app.storage.rocks import RocksKV
 from app.storage.state_store import StateStore
 from app.tiering.cache import SegmentCache
@@ -68,20 +69,20 @@ EXPOSED_HEADERS = [
 
 async def healthz(request: Request) -> Response:
     engine = request.app.state.engine
-    core = engine.node.core
+    status = engine.node.status()
     return JSONResponse(
         {
             "status": "ok",
-            "node": core.id,
-            "role": core.role.value,
-            "term": core.term,
-            "leader": core.leader or None,
-            "commit": core.commit,
-            "applied": core.applied,
-            "last_index": core.last_index(),
-            "snapshot_index": core.offset,
-            "voters": core.voters,
-            "learners": core.learners,
+            "node": status.id,
+            "role": status.role.value,
+            "term": status.term,
+            "leader": status.leader or None,
+            "commit": status.commit,
+            "applied": status.applied,
+            "last_index": status.last_index,
+            "snapshot_index": status.checkpoint_index,  # the key is external: it keeps its old name
+            "voters": list(status.voters),
+            "learners": list(status.learners),
             "peers": {str(node_id): url for node_id, url in engine.peers.items()},
             "tiering": request.app.state.tiering.status(),
         }
@@ -108,20 +109,23 @@ async def server_error(request: Request, exc: Exception) -> Response:
     return _error(500, "internal_error", "internal server error")
 
 
-def create_app(settings: Settings) -> ASGIApp:
+def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | None = None) -> ASGIApp:
+    """`open_kv(path, column_families)` opens the Raft log's and the state machine's stores; RocksDB by default."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         data_dir = Path(settings.data_dir)
-        raft_kv = RocksKV(data_dir / "raft", log_store.COLUMN_FAMILIES)
+        raft_kv = (open_kv or RocksKV)(data_dir / "raft", log_store.COLUMN_FAMILIES)
         state_store = StateStore(data_dir, COLUMN_FAMILIES)
         signals = Signals()
-        machine = StateMachine(state_store.open(), on_change=signals.notify)
+        state_kv = state_store.open() if open_kv is None else open_kv(state_store.path, COLUMN_FAMILIES)
+        machine = StateMachine(state_kv, on_change=signals.notify)
         membership = machine.membership or Membership(settings.peers or {settings.node_id: ""})
         secret = settings.cluster_secret.encode()
         clustered = bool(settings.peers) or len(membership.voters) + len(membership.learners) > 1
         members = {**membership.learners, **membership.voters}
         transport = Transport(settings.node_id, members, secret) if clustered else None
-        snapshots = Snapshots(state_store, machine, transport)
+        checkpoints = Checkpoints(state_store, machine, transport)
         node = RaftNode(
             settings.node_id,
             sorted(membership.voters),
@@ -129,14 +133,14 @@ def create_app(settings: Settings) -> ASGIApp:
             machine,
             learners=sorted(membership.learners),
             send=transport.send if transport else None,
-            snapshots=snapshots,
+            checkpoints=checkpoints,
             tick_seconds=settings.raft_tick_seconds,
             compact_entries=settings.raft_compact_entries,
             compact_keep=settings.raft_compact_keep,
         )
-        snapshots.node = node
+        checkpoints.node = node
         app.state.cluster_secret = secret
-        app.state.snapshots = snapshots
+        app.state.checkpoints = checkpoints
         limits = Limits(
             max_body_bytes=settings.max_body_bytes,
             read_chunk_bytes=settings.read_chunk_bytes,
@@ -201,7 +205,7 @@ def create_app(settings: Settings) -> ASGIApp:
             if transport is not None and await node.transfer_leadership():
                 log.info("handed leadership over before shutting down")
             await node.stop()
-            await snapshots.close()
+            await checkpoints.close()
             if transport is not None:
                 await transport.close()
             await streams.forwarder.close()
@@ -213,7 +217,7 @@ def create_app(settings: Settings) -> ASGIApp:
             Route("/healthz", healthz),
             Route("/openapi.yaml", openapi),
             Route(TRANSPORT_PATH, cluster_routes.raft_messages, methods=["POST"]),
-            Route(SNAPSHOT_PATH, cluster_routes.snapshot_chunk, methods=["POST"]),
+            Route(CHECKPOINT_PATH, cluster_routes.checkpoint_chunk, methods=["POST"]),
             Route("/_rill/members", cluster_routes.list_members, methods=["GET"]),
             Route("/_rill/members", cluster_routes.add_member, methods=["POST"]),
             Route("/_rill/members/{node_id}", cluster_routes.remove_member, methods=["DELETE"]),

@@ -21,9 +21,10 @@ import sys
 from dataclasses import dataclass, field
 
 from app.raft import log_store
-from app.raft.core import RaftCore, Role
+from app.raft.core import RaftCore
 from app.raft.log_store import LogStore
 from app.raft.messages import Membership, Message, encode
+from app.raft.ready import Role
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, Producer, encode_envelope
 from app.state_machine.export import Pair, applied_point, export, load
@@ -197,7 +198,7 @@ class Simulation:
             if required is not None and index:
                 assert index >= required, f"read index {index} on node {node.id} misses acknowledged {required}"
                 self.reads_answered += 1
-        for peer in rd.snapshots:
+        for peer in rd.checkpoints:
             index, snap_term = applied_point(node.state_kv)
             pairs = [pair for batch in export(node.state_kv) for pair in batch]
             snapshot = Snapshot(node.core.term, node.id, peer, index, snap_term, pairs)
@@ -207,7 +208,7 @@ class Simulation:
             node.core.on_applied(rd.committed[-1].index)
             if node.core.applied - node.compacted >= COMPACT_EVERY:
                 index = node.core.applied - COMPACT_KEEP
-                term = node.core.term_at(index)
+                term = node.core.log.term_at(index)
                 assert term is not None
                 node.core.compact(index)
                 node.log.compact(index, term)
@@ -231,9 +232,9 @@ class Simulation:
     def deliver_snapshot(self, snap: Snapshot, dst: Node | None) -> None:
         """Installs a shipped snapshot as the driver would, or reports the transfer failed."""
         src = self.nodes[snap.src]
-        if dst is None or self.rng.random() < self.drop or not dst.core.can_install(snap.term, snap.index):
+        if dst is None or self.rng.random() < self.drop or not dst.core.can_install_checkpoint(snap.term, snap.index):
             if src.up:
-                src.core.snapshot_finished(snap.dst)
+                src.core.checkpoint_finished(snap.dst)
             return
         dst.state_kv = MemoryKV(records.COLUMN_FAMILIES)
         load(dst.state_kv, snap.pairs)
@@ -241,9 +242,9 @@ class Simulation:
         dst.log.restore(snap.index, snap.snap_term)
         dst.compacted = snap.index
         membership = dst.machine.membership or Membership(dict.fromkeys(dst.core.voters, ""))
-        dst.core.install(snap.term, snap.src, snap.index, snap.snap_term, membership)
+        dst.core.install_checkpoint(snap.term, snap.src, snap.index, snap.snap_term, membership)
         if src.up:
-            src.core.snapshot_finished(snap.dst)
+            src.core.checkpoint_finished(snap.dst)
         self.log(f"node {dst.id} installed a snapshot at {snap.index}")
 
     def change_membership(self) -> None:
@@ -256,7 +257,7 @@ class Simulation:
             self.nodes[4] = Node(4, [1, 2, 3], leader.seed)
         if 4 not in current.voters and 4 not in current.learners:
             new = Membership(current.voters, {**current.learners, 4: ""})
-        elif 4 in current.learners and leader.core.match.get(4, 0) >= leader.core.commit:
+        elif 4 in current.learners and leader.core.tracker.match_indexes().get(4, 0) >= leader.core.commit:
             new = Membership({**current.voters, 4: ""})
         elif 4 in current.voters and not self.removing and self.step_no >= 700:
             victim = min(v for v in current.voters if v != leader.id)

@@ -1,12 +1,12 @@
-"""Raft snapshots between nodes: checkpoints of the state store, streamed in signed chunks.
+"""Raft checkpoints between nodes: the state machine's store, streamed in signed chunks.
 
-The leader takes a RocksDB checkpoint of the state machine's store (consistent across column
-families, cheap: hard links) and streams its pairs to a follower in signed chunks, one in
-flight at a time. The follower loads them into a staging store beside its own; when the last
-chunk arrives it syncs the staging store, marks it complete, and asks the Raft driver to install
-it: the directories are swapped, the state machine reloads, and the Raft log moves behind the
-snapshot. A crash between those steps is finished (or undone) when the node next opens its
-store.
+A follower that needs entries the leader has compacted away gets a checkpoint instead. The leader
+takes a RocksDB checkpoint of the state machine's store (consistent across column families, cheap:
+hard links) and streams its pairs to the follower in signed chunks, one in flight at a time. The
+follower loads them into a staging store beside its own; when the last chunk arrives it syncs the
+staging store, marks it complete, and asks the Raft driver to install it: the directories are
+swapped, the state machine reloads, and the Raft log moves behind the checkpoint. A crash between
+those steps is finished (or undone) when the node next opens its store.
 """
 
 from __future__ import annotations
@@ -31,33 +31,33 @@ if TYPE_CHECKING:
     from app.cluster.driver import RaftNode
     from app.cluster.transport import Transport
 
-log = logging.getLogger("rill.snapshots")
+log = logging.getLogger("rill.checkpoints")
 
-PATH = "/_rill/snapshot"
+PATH = "/_rill/snapshot"  # the URL other nodes post chunks to: wire format, so it keeps its old name
 CHUNK_BYTES = 1 << 20
 
 
-class SnapshotChunk(msgspec.Struct, array_like=True):
+class CheckpointChunk(msgspec.Struct, array_like=True):
     term: int  # the sending leader's term
     src: int
     dst: int
-    index: int  # the applied index (and term) the snapshot holds
-    snap_term: int
+    index: int  # the applied index (and term) the checkpoint holds
+    index_term: int
     seq: int
     done: bool  # the last chunk carries no pairs: it asks the follower to install
     pairs: list[Pair]
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(SnapshotChunk)
+_decoder = msgspec.msgpack.Decoder(CheckpointChunk)
 
 
-def decode_chunk(body: bytes) -> SnapshotChunk:
+def decode_chunk(body: bytes) -> CheckpointChunk:
     return _decoder.decode(body)
 
 
-class Snapshots:
-    """Ships snapshots to followers (as leader) and installs them (as follower)."""
+class Checkpoints:
+    """Ships checkpoints to followers (as leader) and installs them (as follower)."""
 
     def __init__(self, store: StateStore, machine: StateMachine, transport: Transport | None) -> None:
         self.store = store
@@ -66,33 +66,33 @@ class Snapshots:
         self.node: RaftNode | None = None
         self._lock = asyncio.Lock()
         self._staging: RocksKV | None = None
-        self._receiving: tuple[int, int, int, int] | None = None  # (src, term, index, snap_term)
+        self._receiving: tuple[int, int, int, int] | None = None  # (src, term, index, index_term)
         self._next_seq = 0
 
     # Leader side
 
     async def send(self, peer: int, term: int) -> bool:
-        """Streams a fresh snapshot to `peer`; True once the peer has installed it."""
+        """Streams a fresh checkpoint to `peer`; True once the peer has installed it."""
         assert self.node is not None and self.transport is not None
         kv = self.machine.kv
         assert isinstance(kv, RocksKV)
         path = await asyncio.to_thread(self.store.checkpoint, kv, f"to-{peer}")
         checkpoint = await asyncio.to_thread(RocksKV, path, records.COLUMN_FAMILIES)
         try:
-            index, snap_term = applied_point(checkpoint)
-            log.info("sending node %s a snapshot at index %s", peer, index)
-            chunks = self._chunks(checkpoint, term, peer, index, snap_term)
+            index, index_term = applied_point(checkpoint)
+            log.info("sending node %s a checkpoint at index %s", peer, index)
+            chunks = self._chunks(checkpoint, term, peer, index, index_term)
             return await self.transport.stream(peer, PATH, chunks)
         finally:
             await asyncio.to_thread(_discard, checkpoint, path)
 
-    async def _chunks(self, kv: RocksKV, term: int, peer: int, index: int, snap_term: int) -> AsyncIterator[bytes]:
+    async def _chunks(self, kv: RocksKV, term: int, peer: int, index: int, index_term: int) -> AsyncIterator[bytes]:
         assert self.node is not None
         batches: Iterator[list[Pair]] = export(kv, CHUNK_BYTES)
         seq = 0
         while True:
             pairs = await asyncio.to_thread(next, batches, None)
-            chunk = SnapshotChunk(term, self.node.id, peer, index, snap_term, seq, pairs is None, pairs or [])
+            chunk = CheckpointChunk(term, self.node.id, peer, index, index_term, seq, pairs is None, pairs or [])
             yield _encoder.encode(chunk)
             if pairs is None:
                 return
@@ -100,14 +100,14 @@ class Snapshots:
 
     # Follower side
 
-    async def receive(self, chunk: SnapshotChunk) -> bool:
+    async def receive(self, chunk: CheckpointChunk) -> bool:
         """Takes one chunk; False tells the leader to give up this transfer."""
         assert self.node is not None
         async with self._lock:
-            point = (chunk.src, chunk.term, chunk.index, chunk.snap_term)
+            point = (chunk.src, chunk.term, chunk.index, chunk.index_term)
             if chunk.seq == 0:
                 await self._abort()
-                if not self.node.core.can_install(chunk.term, chunk.index):
+                if not self.node.can_install_checkpoint(chunk.term, chunk.index):
                     return False
                 self._staging = await asyncio.to_thread(self.store.begin_staging)
                 self._receiving, self._next_seq = point, 0
@@ -118,11 +118,11 @@ class Snapshots:
                 await asyncio.to_thread(load, self._staging, chunk.pairs)
                 return True
             staging, self._staging, self._receiving = self._staging, None, None
-            if applied_point(staging) != (chunk.index, chunk.snap_term):
+            if applied_point(staging) != (chunk.index, chunk.index_term):
                 staging.close()
                 return False
             await asyncio.to_thread(self.store.complete_staging, staging)
-            installed = await self.node.install_snapshot(chunk.term, chunk.src, chunk.index, chunk.snap_term)
+            installed = await self.node.install_checkpoint(chunk.term, chunk.src, chunk.index, chunk.index_term)
             if not installed:
                 shutil.rmtree(self.store.staging, ignore_errors=True)
             return installed

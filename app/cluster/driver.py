@@ -18,24 +18,25 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.raft.core import RaftCore, Ready, Role
+from app.raft.core import RaftCore
 from app.raft.log_store import LogStore
 from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
+from app.raft.ready import Ready, Role
 
 log = logging.getLogger("rill.raft")
 
 # Compact the log behind durable state after this many applied entries or bytes: the log since
 # the last compaction is held in memory and reloaded at startup, so both bound memory and replay.
 # A cluster keeps the latest COMPACT_KEEP entries, so a follower a little behind catches up from
-# the log; one further behind gets a snapshot.
+# the log; one further behind gets a checkpoint (the state machine's store).
 COMPACT_EVERY = 20_000
 COMPACT_BYTES = 64 * 1024 * 1024
 COMPACT_KEEP = 5_000
-SNAPSHOT_RETRY_SECONDS = 1.0
+CHECKPOINT_RETRY_SECONDS = 1.0
 
 
 class NotLeader(Exception):
@@ -62,10 +63,27 @@ class StateMachine(Protocol):
     def make_durable(self) -> None: ...
 
 
-class SnapshotLink(Protocol):
+class CheckpointLink(Protocol):
     async def send(self, peer: int, term: int) -> bool: ...
 
     def install(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Status:
+    """The node's Raft state at one moment, by value (etcd's `Status`)."""
+
+    id: int
+    role: Role
+    term: int
+    leader: int  # 0 when unknown
+    commit: int
+    applied: int
+    last_index: int
+    checkpoint_index: int  # the log is compacted up to here: earlier entries live only in the state store
+    voters: tuple[int, ...]
+    learners: tuple[int, ...]
+    match: dict[int, int]  # on a leader, the highest index each peer is known to hold; empty otherwise
 
 
 Send = Callable[[list[Message]], Awaitable[None]]
@@ -102,18 +120,19 @@ class RaftNode:
         *,
         learners: list[int] | None = None,
         send: Send | None = None,
-        snapshots: SnapshotLink | None = None,
+        checkpoints: CheckpointLink | None = None,
         on_membership: Callable[[Membership], None] | None = None,
         tick_seconds: float = 0.1,
         seed: int | None = None,
         compact_entries: int | None = None,
         compact_keep: int | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.id = node_id
         self.log_store = log_store
         self.machine = machine
         self._send = send
-        self.snapshots = snapshots
+        self.checkpoints = checkpoints
         self.on_membership = on_membership
         self.on_failure: Callable[[], None] | None = None  # a node whose driver died must not linger
         self._tick_seconds = tick_seconds
@@ -121,7 +140,7 @@ class RaftNode:
         self._compact_keep = COMPACT_KEEP if compact_keep is None else compact_keep
         applied, applied_term = machine.applied_index, machine.applied_term
         if applied > log_store.compacted_index and applied_term and log_store.term_at(applied) != applied_term:
-            log_store.restore(applied, applied_term)  # a crash came between installing a snapshot and this
+            log_store.restore(applied, applied_term)  # a crash came between installing a checkpoint and this
         self.core = RaftCore(
             node_id,
             voters,
@@ -140,7 +159,8 @@ class RaftNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_compacted = log_store.compacted_index
         self._applied_bytes = 0  # payload bytes applied since the last compaction
-        self._persister = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
+        # One worker, so syncs and compactions run in order; a simulation passes its own.
+        self._persister = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
         self._unsaved = _Unsaved()  # ready to persist, waiting for the sync in flight
         self._syncing: tuple[asyncio.Future[None], _Unsaved] | None = None
         self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
@@ -148,11 +168,28 @@ class RaftNode:
         self._reads: dict[int, list[asyncio.Future[int]]] = {}  # ctx -> the requests it answers
         self._read_ctx = 0
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._sending: set[int] = set()  # peers a snapshot is streaming to
+        self._sending: set[int] = set()  # peers a checkpoint is streaming to
 
     @property
     def is_leader(self) -> bool:
         return self.core.role is Role.LEADER
+
+    def status(self) -> Status:
+        """This node's Raft state, copied: callers never hold the core itself."""
+        core = self.core
+        return Status(
+            id=core.id,
+            role=core.role,
+            term=core.term,
+            leader=core.leader,
+            commit=core.commit,
+            applied=core.applied,
+            last_index=core.log.last_index(),
+            checkpoint_index=core.log.checkpoint_index,
+            voters=tuple(core.voters),
+            learners=tuple(core.learners),
+            match=core.tracker.match_indexes() if core.role is Role.LEADER else {},
+        )
 
     async def start(self) -> None:
         single = self.core.voters == [self.id]
@@ -162,7 +199,7 @@ class RaftNode:
         self._wake.set()
         if single:
             # Replay the log up to the new term's no-op before serving.
-            target = self.core.last_index()
+            target = self.core.log.last_index()
             while self.core.applied < target:
                 await asyncio.sleep(0.001)
 
@@ -223,10 +260,14 @@ class RaftNode:
             self._applied_waiters.append((index, applied))
             await asyncio.wait_for(applied, timeout)
 
-    async def install_snapshot(self, term: int, leader: int, index: int, snap_term: int) -> bool:
-        """Installs the staged snapshot once the driver is between Readys; False if it is stale."""
+    def can_install_checkpoint(self, term: int, index: int) -> bool:
+        """Whether a checkpoint at `index` from a leader of `term` would move this node forward."""
+        return self.core.can_install_checkpoint(term, index)
+
+    async def install_checkpoint(self, term: int, leader: int, index: int, index_term: int) -> bool:
+        """Installs the staged checkpoint once the driver is between Readys; False if it is stale."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._installs.append((term, leader, index, snap_term, fut))
+        self._installs.append((term, leader, index, index_term, fut))
         self._wake.set()
         return await fut
 
@@ -275,14 +316,17 @@ class RaftNode:
             if replicate:
                 rd.messages = [m for m in rd.messages if not isinstance(m, AppendEntries)]
                 await self._deliver(replicate)
-            if rd.hard_state is not None or rd.entries:
+            if rd.hard_state is not None or rd.entries or self._unsaved:
                 self._unsaved.add(rd)
+            elif self._syncing is not None:
+                # An acknowledgement may cover entries still being synced: it waits for that sync.
+                self._syncing[1].messages.extend(rd.messages)
             elif rd.messages:
                 await self._deliver(rd.messages)
             if rd.committed:
                 self._apply(rd.committed)
-            for peer in rd.snapshots:
-                self._send_snapshot(peer)
+            for peer in rd.checkpoints:
+                self._send_checkpoint(peer)
             for ctx, index in rd.reads:
                 self._answer_reads(ctx, index)
             synced = await self._finish_sync()
@@ -313,46 +357,46 @@ class RaftNode:
                 fut.set_exception(NotLeader(self.core.leader))
 
     async def _install_when_idle(self) -> bool:
-        """Installs a staged snapshot once nothing is being persisted; False while it must wait."""
+        """Installs a staged checkpoint once nothing is being persisted; False while it must wait."""
         await asyncio.get_running_loop().run_in_executor(self._persister, lambda: None)
         await self._finish_sync()
         if self._syncing is not None or self._unsaved:
             self._start_sync()
             return False
-        term, leader, index, snap_term, fut = self._installs.pop(0)
-        if self.snapshots is None or not self.core.can_install(term, index):
+        term, leader, index, index_term, fut = self._installs.pop(0)
+        if self.checkpoints is None or not self.core.can_install_checkpoint(term, index):
             fut.set_result(False)
             return True
-        self.snapshots.install()
-        self.log_store.restore(index, snap_term)
+        self.checkpoints.install()
+        self.log_store.restore(index, index_term)
         membership = self.machine.membership or Membership(dict.fromkeys(self.core.voters, ""))
-        self.core.install(term, leader, index, snap_term, membership)
+        self.core.install_checkpoint(term, leader, index, index_term, membership)
         self._last_compacted, self._applied_bytes = index, 0
         self._membership_changed()
-        log.info("installed a snapshot at index %s from node %s", index, leader)
+        log.info("installed a checkpoint at index %s from node %s", index, leader)
         fut.set_result(True)
         return True
 
-    def _send_snapshot(self, peer: int) -> None:
-        if self.snapshots is None or peer in self._sending or not self.is_leader:
+    def _send_checkpoint(self, peer: int) -> None:
+        if self.checkpoints is None or peer in self._sending or not self.is_leader:
             return
         self._sending.add(peer)
-        task = asyncio.create_task(self._stream_snapshot(peer, self.snapshots))
+        task = asyncio.create_task(self._stream_checkpoint(peer, self.checkpoints))
         self._tasks.append(task)
         task.add_done_callback(self._tasks.remove)
 
-    async def _stream_snapshot(self, peer: int, snapshots: SnapshotLink) -> None:
+    async def _stream_checkpoint(self, peer: int, checkpoints: CheckpointLink) -> None:
         try:
-            ok = await snapshots.send(peer, self.core.term)
+            ok = await checkpoints.send(peer, self.core.term)
         except Exception:
-            log.exception("snapshot to node %s failed", peer)
+            log.exception("checkpoint to node %s failed", peer)
             ok = False
         try:
             if not ok:
-                await asyncio.sleep(SNAPSHOT_RETRY_SECONDS)
+                await asyncio.sleep(CHECKPOINT_RETRY_SECONDS)
         finally:
             self._sending.discard(peer)
-        self.core.snapshot_finished(peer)
+        self.core.checkpoint_finished(peer)
         self._wake.set()
 
     def _membership_changed(self) -> None:
@@ -415,10 +459,10 @@ class RaftNode:
 
     def _compact(self) -> None:
         alone = self.core.voters == [self.id] and not self.core.learners
-        index = min(self.core.applied - (0 if alone else self._compact_keep), self.core.stable)
+        index = min(self.core.applied - (0 if alone else self._compact_keep), self.core.log.stable)
         if index <= self._last_compacted:
             return
-        term = self.core.term_at(index) or 0
+        term = self.core.log.term_at(index) or 0
         self.core.compact(index)
         self._last_compacted = index
         self._applied_bytes = 0

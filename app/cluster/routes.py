@@ -56,15 +56,15 @@ async def raft_messages(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def snapshot_chunk(request: Request) -> Response:
+async def checkpoint_chunk(request: Request) -> Response:
     body = await request.body()
     if not _signed(request, body):
         return _error(403, "forbidden", "not a signed message from this cluster")
     try:
         chunk = decode_chunk(body)
     except msgspec.DecodeError:
-        return _error(400, "bad_request", "undecodable snapshot chunk")
-    if await request.app.state.snapshots.receive(chunk):
+        return _error(400, "bad_request", "undecodable checkpoint chunk")
+    if await request.app.state.checkpoints.receive(chunk):
         return Response(status_code=204)
     return _error(409, "snapshot_refused", "this transfer is stale or out of order")
 
@@ -72,13 +72,13 @@ async def snapshot_chunk(request: Request) -> Response:
 def _describe(engine: Engine) -> dict[str, object]:
     membership = engine.membership()
     node = engine.node
-    core = node.core
+    status = node.status()
     return {
-        "leader": core.leader or None,
+        "leader": status.leader or None,
         "voters": {str(k): v for k, v in sorted(membership.voters.items())},
         "learners": {str(k): v for k, v in sorted(membership.learners.items())},
-        "match": {str(k): v for k, v in sorted(core.match.items())} if node.is_leader else None,
-        "commit": core.commit,
+        "match": {str(k): v for k, v in sorted(status.match.items())} if node.is_leader else None,
+        "commit": status.commit,
     }
 
 
@@ -147,9 +147,9 @@ async def _caught_up(node: RaftNode, peer: int) -> bool:
     """Waits until the learner holds everything that was committed when the wait began."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CATCH_UP_SECONDS
-    target = node.core.commit
+    target = node.status().commit
     while loop.time() < deadline and node.is_leader:
-        if node.core.match.get(peer, 0) >= target:
+        if node.status().match.get(peer, 0) >= target:
             return True
         await asyncio.sleep(0.05)
     return False

@@ -59,9 +59,9 @@ class LogStore:
         return decode_entry(raw).term if raw else None
 
     def restore(self, index: int, term: int) -> None:
-        """Moves the log behind a snapshot installed at (index, term), synced before returning.
+        """Moves the log behind a checkpoint installed at (index, term), synced before returning.
 
-        Entries past the snapshot survive only if the log agrees with it at `index`.
+        Entries past the checkpoint survive only if the log agrees with it at `index`.
         """
         keep_suffix = self.term_at(index) == term
         batch = Batch()

@@ -1,6 +1,6 @@
-"""The state machine's store as a sequence of key-value batches: the body of a Raft snapshot.
+"""The state machine's store as a sequence of key-value batches: the body of a Raft checkpoint.
 
-A snapshot is every pair of every column family at one applied index (which the store itself
+A checkpoint is every pair of every column family at one applied index (which the store itself
 records under `APPLIED_KEY`), so loading the pairs into an empty store and opening a
 `StateMachine` on it gives exactly the state the sender had at that index.
 """

@@ -69,7 +69,7 @@ def test_a_new_node_catches_up_from_a_snapshot_and_serves_identical_reads(cluste
 
         joined = cluster.health(4)
         assert joined is not None and joined["voters"] == [1, 2, 3, 4] and joined["learners"] == []
-        assert "installed a snapshot" in joiner.log_path.read_text()
+        assert "installed a checkpoint" in joiner.log_path.read_text()
 
         _write(client, cluster.nodes[4].url, range(60, 80))  # through the new node: redirected to the leader
         cluster.wait_converged()

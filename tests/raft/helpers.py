@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.raft.core import RaftCore, Ready
+from app.raft.core import RaftCore
+from app.raft.ready import Ready
 
 
 def drain(core: RaftCore) -> Ready:

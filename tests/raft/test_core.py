@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from app.raft.core import RaftCore, Role
+from app.raft.core import RaftCore
 from app.raft.messages import AppendEntries, Entry, HardState, Message
+from app.raft.ready import Role
 from tests.raft.helpers import drain
 
 
@@ -35,7 +36,7 @@ def test_restart_keeps_term_vote_and_log() -> None:
     core = RaftCore(1, [1], HardState(term=1, vote=1, commit=2), entries, applied=2)
     core.campaign()
     assert core.term == 2
-    assert core.last_index() == 3  # the new term's no-op follows the old log
+    assert core.log.last_index() == 3  # the new term's no-op follows the old log
     rd = drain(core)
     assert rd.hard_state is not None and rd.hard_state.term == 2
 
@@ -43,7 +44,7 @@ def test_restart_keeps_term_vote_and_log() -> None:
 def test_follower_truncates_a_divergent_suffix() -> None:
     follower = RaftCore(2, [1, 2, 3], HardState(term=1), [Entry(1, 1, b"x"), Entry(1, 2, b"stale")])
     follower.step(AppendEntries(2, 1, 2, 1, 1, [Entry(2, 2, b"new"), Entry(2, 3, b"more")], 0))
-    assert [e.data for e in follower.log] == [b"x", b"new", b"more"]
+    assert [e.data for e in follower.log.entries] == [b"x", b"new", b"more"]
     rd = follower.ready()
     assert [e.index for e in rd.entries] == [2, 3]  # the store overwrites from index 2
 

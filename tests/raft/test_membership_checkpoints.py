@@ -1,8 +1,8 @@
-"""Learners, one-node-at-a-time membership changes, and snapshots, driven by hand.
+"""Learners, one-node-at-a-time membership changes, and checkpoints, driven by hand.
 
 Every test steps `RaftCore` instances directly and delivers (or drops) their messages itself,
 so each scenario is exact and deterministic. The last tests cover the storage halves of a
-snapshot: `LogStore.restore` moving the log behind it, and the state machine's export/load.
+checkpoint: `LogStore.restore` moving the log behind it, and the state machine's export/load.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import pytest
 
 from app.raft import log_store
-from app.raft.core import RaftCore, Ready, Role
+from app.raft.core import RaftCore
 from app.raft.log_store import LogStore
 from app.raft.messages import (
     MEMBERSHIP,
@@ -25,6 +25,7 @@ from app.raft.messages import (
     VoteResponse,
     encode,
 )
+from app.raft.ready import Ready, Role
 from app.state_machine import records as r
 from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
 from app.state_machine.export import Pair, applied_point, export, load
@@ -54,13 +55,13 @@ def _elect(voters: Iterable[int] = (1, 2, 3), learners: Iterable[int] = (4,)) ->
     core = RaftCore(1, list(voters), HardState(), [], learners=list(learners))
     core.campaign()
     core.step(VoteResponse(core.term, 2, 1, True))
-    assert core.role is Role.LEADER and core.last_index() == 1
+    assert core.role is Role.LEADER and core.log.last_index() == 1
     return core
 
 
 def _ack(leader: RaftCore, src: int, match: int | None = None) -> None:
     """A successful AppendResponse from `src` (by default: it holds the leader's whole log)."""
-    index = leader.last_index() if match is None else match
+    index = leader.log.last_index() if match is None else match
     leader.step(AppendResponse(leader.term, src, leader.id, True, index))
 
 
@@ -94,7 +95,7 @@ def test_learner_gets_the_log_but_its_acks_do_not_commit() -> None:
     assert [e.index for m in _appends(rd, 4) for e in m.entries] == [1, 2]  # replicated to the learner
 
     _ack(leader, 4)
-    assert leader.match[4] == 2  # the ack was taken...
+    assert leader.tracker.progress[4].match == 2  # the ack was taken...
     assert leader.commit == 0  # ...but the leader and a learner are not a majority of 3 voters
     assert drain(leader).committed == []
 
@@ -150,7 +151,7 @@ def test_follower_refuses_membership_changes() -> None:
     new = _cfg([1, 2, 3], [4, 5])
     assert follower.membership_error(new) == "not the leader"
     assert follower.propose_membership(new, encode(new)) is None
-    assert follower.last_index() == 0
+    assert follower.log.last_index() == 0
 
 
 def test_new_leader_refuses_membership_until_its_no_op_is_applied() -> None:
@@ -188,7 +189,7 @@ def test_leader_accepts_a_one_node_change(new: Membership) -> None:
     assert leader.membership_error(new) is None
     index = leader.propose_membership(new, encode(new))
     assert index == 2 and leader.pending_membership == 2
-    entry = leader.log[-1]
+    entry = leader.log.entries[-1]
     assert (entry.index, entry.kind, entry.data) == (2, MEMBERSHIP, encode(new))
 
 
@@ -208,7 +209,7 @@ def test_leader_refuses_anything_but_a_one_node_change(new: Membership) -> None:
     leader = _ready_leader()
     assert leader.membership_error(new) is not None
     assert leader.propose_membership(new, encode(new)) is None
-    assert leader.last_index() == 1 and leader.pending_membership == 1
+    assert leader.log.last_index() == 1 and leader.pending_membership == 1
 
 
 def test_second_change_waits_until_the_first_is_applied() -> None:
@@ -240,12 +241,12 @@ def test_added_learner_takes_effect_on_commit_and_gets_the_log() -> None:
     assert _to(rd, 5) == []  # not a member yet: nothing is sent to it
     _ack(leader, 2)
     assert leader.commit == index
-    assert leader.learners == [4] and 5 not in leader.next  # committed, but not yet handed out
+    assert leader.learners == [4] and 5 not in leader.tracker.progress  # committed, but not yet handed out
 
     rd = drain(leader)
     assert [(e.index, e.kind) for e in rd.committed] == [(index, MEMBERSHIP)]
     assert (leader.voters, leader.learners) == ([1, 2, 3], [4, 5])
-    assert (leader.next[5], leader.match[5]) == (index + 1, 0)
+    assert (leader.tracker.progress[5].next, leader.tracker.progress[5].match) == (index + 1, 0)
 
     leader.tick()  # the heartbeat now reaches the new learner
     assert len(_appends(drain(leader), 5)) == 1
@@ -282,10 +283,10 @@ def test_promoted_learner_counts_toward_commit() -> None:
 def test_removed_node_loses_its_progress_and_its_heartbeats() -> None:
     leader = _ready_leader()
     drain(leader)
-    assert 3 in leader.next
+    assert 3 in leader.tracker.progress
     _commit_membership(leader, _cfg([1, 2], [4]))
     assert leader.voters == [1, 2]
-    assert 3 not in leader.next and 3 not in leader.match
+    assert 3 not in leader.tracker.progress
     leader.tick()
     rd = drain(leader)
     assert _to(rd, 3) == [] and len(_appends(rd, 2)) == 1
@@ -303,7 +304,7 @@ def test_leader_that_removes_itself_steps_down_and_stays_quiet() -> None:
     assert not [m for m in drain(leader).messages if not isinstance(m, AppendEntries)]
 
 
-# 4. Snapshots from the leader's side and the follower's
+# 4. Checkpoints from the leader's side and the follower's
 
 
 def _leader_with_a_lagging_follower() -> tuple[RaftCore, RaftCore]:
@@ -317,139 +318,140 @@ def _leader_with_a_lagging_follower() -> tuple[RaftCore, RaftCore]:
     _ack(leader, 2)
     assert [e.index for e in drain(leader).committed] == [1, 2, 3, 4, 5]
     leader.compact(3)
-    assert (leader.offset, leader.offset_term, leader.last_index()) == (3, 1, 5)
+    assert (leader.log.checkpoint_index, leader.log.checkpoint_term, leader.log.last_index()) == (3, 1, 5)
     return leader, RaftCore(3, [1, 2, 3], HardState(), [])
 
 
-def _request_snapshot(leader: RaftCore, follower: RaftCore) -> Ready:
-    """A heartbeat reaches the follower, which rejects it; the leader backs off below its offset."""
+def _request_checkpoint(leader: RaftCore, follower: RaftCore) -> Ready:
+    """A heartbeat reaches the follower, which rejects it; the leader backs off below its checkpoint index."""
     leader.tick()
     (heartbeat,) = _appends(drain(leader), 3)
-    assert heartbeat.prev_index == 5  # pipelining had already moved next[3] past the offset
+    assert heartbeat.prev_index == 5  # pipelining had already moved next[3] past the checkpoint index
     follower.step(heartbeat)
     (reject,) = drain(follower).messages
     assert isinstance(reject, AppendResponse) and not reject.success
     leader.step(reject)
-    assert leader.next[3] <= leader.offset
+    assert leader.tracker.progress[3].next <= leader.log.checkpoint_index
     return drain(leader)
 
 
 def _assert_only_probes(leader: RaftCore, rd: Ready) -> list[AppendEntries]:
     probes = _appends(rd, 3)
     assert probes and _to(rd, 3) == probes
+    log = leader.log
     for probe in probes:
-        assert (probe.prev_index, probe.prev_term, probe.entries) == (leader.offset, leader.offset_term, [])
+        assert (probe.prev_index, probe.prev_term, probe.entries) == (log.checkpoint_index, log.checkpoint_term, [])
     return probes
 
 
-def test_lagging_follower_is_listed_for_a_snapshot_once_and_probed_meanwhile() -> None:
+def test_lagging_follower_is_listed_for_a_checkpoint_once_and_probed_meanwhile() -> None:
     leader, follower = _leader_with_a_lagging_follower()
-    rd = _request_snapshot(leader, follower)
-    assert rd.snapshots == [3]
+    rd = _request_checkpoint(leader, follower)
+    assert rd.checkpoints == [3]
     _assert_only_probes(leader, rd)
 
     for _ in range(3):  # heartbeats during the transfer: probes only, no second request
         leader.tick()
         rd = drain(leader)
-        assert rd.snapshots == []
+        assert rd.checkpoints == []
         _assert_only_probes(leader, rd)
 
-    index = leader.propose(b"e")  # new entries go to node 2, never to the snapshotting node
+    index = leader.propose(b"e")  # new entries go to node 2, never to the checkpointing node
     rd = drain(leader)
-    assert rd.snapshots == []
+    assert rd.checkpoints == []
     assert [e.index for m in _appends(rd, 2) for e in m.entries] == [index]
     _assert_only_probes(leader, rd)
 
 
-def test_rejections_are_ignored_while_a_snapshot_is_in_flight() -> None:
+def test_rejections_are_ignored_while_a_checkpoint_is_in_flight() -> None:
     leader, follower = _leader_with_a_lagging_follower()
-    rd = _request_snapshot(leader, follower)
+    rd = _request_checkpoint(leader, follower)
     (probe,) = _appends(rd, 3)
-    follower.step(probe)  # it still lacks the offset entry, so it rejects the probe
+    follower.step(probe)  # it still lacks the checkpoint's entry, so it rejects the probe
     (reject,) = drain(follower).messages
     assert isinstance(reject, AppendResponse) and not reject.success
-    next_before = leader.next[3]
+    next_before = leader.tracker.progress[3].next
     leader.step(reject)
     rd = drain(leader)
-    assert _to(rd, 3) == [] and rd.snapshots == []  # no back-off answer, no new request
-    assert leader.next[3] == next_before and 3 in leader.snapshotting
+    assert _to(rd, 3) == [] and rd.checkpoints == []  # no back-off answer, no new request
+    assert leader.tracker.progress[3].next == next_before and leader.tracker.progress[3].checkpointing
 
 
 def test_finished_transfer_lets_the_next_heartbeat_ask_again() -> None:
     leader, follower = _leader_with_a_lagging_follower()
-    assert _request_snapshot(leader, follower).snapshots == [3]
-    leader.snapshot_finished(3)  # e.g. the transfer failed: the follower still needs one
-    assert 3 not in leader.snapshotting
+    assert _request_checkpoint(leader, follower).checkpoints == [3]
+    leader.checkpoint_finished(3)  # e.g. the transfer failed: the follower still needs one
+    assert not leader.tracker.progress[3].checkpointing
     leader.tick()
     rd = drain(leader)
-    assert rd.snapshots == [3]
+    assert rd.checkpoints == [3]
     _assert_only_probes(leader, rd)
     leader.tick()
-    assert drain(leader).snapshots == []  # once per transfer again
+    assert drain(leader).checkpoints == []  # once per transfer again
 
 
-def test_installed_snapshot_puts_the_follower_back_on_the_log() -> None:
+def test_installed_checkpoint_puts_the_follower_back_on_the_log() -> None:
     leader, follower = _leader_with_a_lagging_follower()
-    _request_snapshot(leader, follower)
-    new_index = leader.propose(b"e")  # arrives while the snapshot is streaming
+    _request_checkpoint(leader, follower)
+    new_index = leader.propose(b"e")  # arrives while the checkpoint is streaming
     drain(leader)
 
-    # The driver streamed the leader's store at its applied index, 5, which is past the offset 3.
-    assert follower.can_install(leader.term, 5)
-    follower.install(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
-    assert (follower.offset, follower.offset_term, follower.last_index()) == (5, 1, 5)
-    assert (follower.commit, follower.applied, follower.log) == (5, 5, [])
+    # The driver streamed the leader's store at its applied index, 5, which is past the checkpoint index 3.
+    assert follower.can_install_checkpoint(leader.term, 5)
+    follower.install_checkpoint(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
+    assert (follower.log.checkpoint_index, follower.log.checkpoint_term, follower.log.last_index()) == (5, 1, 5)
+    assert (follower.commit, follower.applied, follower.log.entries) == (5, 5, [])
     assert follower.leader == 1 and follower.role is Role.FOLLOWER
     rd = drain(follower)
     assert rd.messages == [AppendResponse(leader.term, 3, 1, True, 5)]
-    assert rd.committed == []  # the snapshot already holds entries up to 5
+    assert rd.committed == []  # the checkpoint already holds entries up to 5
 
     leader.step(rd.messages[0])
-    assert (leader.match[3], leader.next[3]) == (5, new_index + 1)
-    assert 3 not in leader.snapshotting
+    assert (leader.tracker.progress[3].match, leader.tracker.progress[3].next) == (5, new_index + 1)
+    assert not leader.tracker.progress[3].checkpointing
     rd = drain(leader)
-    assert rd.snapshots == []
+    assert rd.checkpoints == []
     (append,) = _appends(rd, 3)
     assert append.prev_index == 5 and [e.index for e in append.entries] == [new_index]
 
     follower.step(append)
     (reply,) = drain(follower).messages
     assert isinstance(reply, AppendResponse) and reply.success and reply.match_index == new_index
-    assert [e.data for e in follower.log] == [b"e"]
+    assert [e.data for e in follower.log.entries] == [b"e"]
 
 
-def test_installed_follower_accepts_a_probe_from_below_its_snapshot() -> None:
-    """A probe sent before the leader saw the install reply names the leader's (lower) offset."""
+def test_installed_follower_accepts_a_probe_from_below_its_checkpoint() -> None:
+    """A probe sent before the leader saw the install reply names the leader's (lower) checkpoint index."""
     leader, follower = _leader_with_a_lagging_follower()
-    (probe,) = _appends(_request_snapshot(leader, follower), 3)
-    follower.install(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
+    (probe,) = _appends(_request_checkpoint(leader, follower), 3)
+    follower.install_checkpoint(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
     drain(follower)
-    assert probe.prev_index == 3 < follower.offset
+    assert probe.prev_index == 3 < follower.log.checkpoint_index
     follower.step(probe)
     assert drain(follower).messages == [AppendResponse(leader.term, 3, 1, True, 5, probe.round)]
 
 
-def test_removing_a_snapshotting_node_forgets_its_transfer() -> None:
-    """Otherwise a node removed mid-transfer would linger as a snapshot target."""
+def test_removing_a_checkpointing_node_forgets_its_transfer() -> None:
+    """Otherwise a node removed mid-transfer would linger as a checkpoint target."""
     leader, follower = _leader_with_a_lagging_follower()
-    _request_snapshot(leader, follower)
-    assert 3 in leader.snapshotting
+    _request_checkpoint(leader, follower)
+    assert leader.tracker.progress[3].checkpointing
     _commit_membership(leader, _cfg([1, 2]))
-    assert leader.voters == [1, 2] and 3 not in leader.snapshotting and 3 not in leader.next
+    assert leader.voters == [1, 2] and 3 not in leader.tracker.progress
 
 
-def test_deposed_leader_does_not_ask_for_a_snapshot() -> None:
+def test_deposed_leader_does_not_ask_for_a_checkpoint() -> None:
     leader, follower = _leader_with_a_lagging_follower()
     leader.tick()
     (heartbeat,) = _appends(drain(leader), 3)
     follower.step(heartbeat)
-    leader.step(drain(follower).messages[0])  # the rejection queues a snapshot request for node 3
+    leader.step(drain(follower).messages[0])  # the rejection queues a checkpoint request for node 3
     leader.step(AppendEntries(leader.term + 1, 2, 1, 5, 1, [], 5))  # before that Ready: node 2 leads term 2
     assert leader.role is Role.FOLLOWER
-    assert leader.ready().snapshots == []
+    assert leader.ready().checkpoints == []
 
 
-# 5. can_install and install on the follower
+# 5. can_install_checkpoint and install_checkpoint on the follower
 
 
 def _follower_with_log() -> RaftCore:
@@ -469,15 +471,15 @@ def _follower_with_log() -> RaftCore:
         (3, 3, True),  # from a newer term
     ],
 )
-def test_can_install(term: int, index: int, expected: bool) -> None:
-    assert _follower_with_log().can_install(term, index) is expected
+def test_can_install_checkpoint(term: int, index: int, expected: bool) -> None:
+    assert _follower_with_log().can_install_checkpoint(term, index) is expected
 
 
 def test_install_keeps_the_log_past_a_matching_index() -> None:
     follower = _follower_with_log()
-    follower.install(2, 1, 4, 2, _cfg([1, 2, 3], [4]))
-    assert (follower.offset, follower.offset_term) == (4, 2)
-    assert [e.index for e in follower.log] == [5, 6] and follower.last_index() == 6
+    follower.install_checkpoint(2, 1, 4, 2, _cfg([1, 2, 3], [4]))
+    assert (follower.log.checkpoint_index, follower.log.checkpoint_term) == (4, 2)
+    assert [e.index for e in follower.log.entries] == [5, 6] and follower.log.last_index() == 6
     assert (follower.commit, follower.applied) == (4, 4)
     assert (follower.voters, follower.learners) == ([1, 2, 3], [4])
     rd = drain(follower)
@@ -487,9 +489,9 @@ def test_install_keeps_the_log_past_a_matching_index() -> None:
 
 def test_install_drops_the_whole_log_when_the_terms_differ() -> None:
     follower = _follower_with_log()
-    follower.install(3, 1, 4, 3, _cfg([1, 2, 3]))  # the leader's entry 4 is of term 3: ours diverged
-    assert (follower.offset, follower.offset_term) == (4, 3)
-    assert follower.log == [] and follower.last_index() == 4 and follower.last_term() == 3
+    follower.install_checkpoint(3, 1, 4, 3, _cfg([1, 2, 3]))  # the leader's entry 4 is of term 3: ours diverged
+    assert (follower.log.checkpoint_index, follower.log.checkpoint_term) == (4, 3)
+    assert follower.log.entries == [] and follower.log.last_index() == 4 and follower.log.last_term() == 3
     assert (follower.commit, follower.applied) == (4, 4)
     assert (follower.term, follower.vote, follower.leader) == (3, 0, 1)
     rd = drain(follower)
@@ -500,8 +502,9 @@ def test_install_drops_the_whole_log_when_the_terms_differ() -> None:
 
 def test_install_drops_the_log_when_the_index_is_past_its_end() -> None:
     follower = _follower_with_log()
-    follower.install(2, 1, 9, 2, _cfg([1, 2, 3]))
-    assert follower.log == [] and (follower.offset, follower.last_index(), follower.commit) == (9, 9, 9)
+    follower.install_checkpoint(2, 1, 9, 2, _cfg([1, 2, 3]))
+    assert follower.log.entries == []
+    assert (follower.log.checkpoint_index, follower.log.last_index(), follower.commit) == (9, 9, 9)
 
 
 # LogStore.restore
@@ -546,7 +549,7 @@ def test_log_store_appends_after_a_restore_that_dropped_everything() -> None:
     assert reopened.last_index == 5
 
 
-# State machine snapshot export and load
+# The state machine's export and load: a checkpoint's body
 
 
 def _machine(appends: int = 2, body: bytes = b"hello ") -> tuple[MemoryKV, StateMachine]:
@@ -562,7 +565,7 @@ def _machine(appends: int = 2, body: bytes = b"hello ") -> tuple[MemoryKV, State
     entries.append(Entry(2, len(entries) + 1, encode(_cfg([1, 2, 3], [4])), MEMBERSHIP))
     outcomes = sm.apply(entries[:2]) + sm.apply(entries[2:])
     assert [o.code for o in outcomes if o is not None] == [Code.CREATED] * 2 + [Code.APPENDED] * appends
-    sm.make_durable()  # leaves the node-local sync marker, which a snapshot must not carry
+    sm.make_durable()  # leaves the node-local sync marker, which a checkpoint must not carry
     return kv, sm
 
 
