@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
 from tests.http.helpers import TEXT, assert_error, uid
 from tests.server import RillProcess
-
-
-@pytest.fixture(scope="module")
-def ds_bucket(rill: RillProcess) -> str:
-    name = "ids-" + uid()
-    assert httpx.put(f"{rill.url}/ds/{name}").status_code == 201
-    return name
-
-
-@pytest.fixture(params=["ds", "legacy", "compat"])
-def base(request: pytest.FixtureRequest, ds_bucket: str) -> Iterator[str]:
-    """The path prefix stream ids live under, ending in '/'."""
-    yield {"ds": f"/ds/{ds_bucket}/", "legacy": "/streams/", "compat": "/v1/stream/"}[request.param]
-
 
 # ------------------------------------------------------------------------------------------------
 # Valid ids
