@@ -229,7 +229,7 @@ class TieringWorker:
         if "/snapshots/" in key:
             bucket, _, stream = key.rpartition("/snapshots/")[0].partition("/")
             snapshot_owner = self.machine.lookup(bucket, unquote(stream))
-            return snapshot_owner is not None and key in self.machine._snapshot_keys(snapshot_owner.sid)
+            return snapshot_owner is not None and key in self.machine.snapshot_keys(snapshot_owner.sid)
         parsed = seg.parse_key(key)
         if parsed is None:
             return False

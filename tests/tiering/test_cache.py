@@ -17,7 +17,7 @@ from app.state_machine.reader import ColdMiss
 from app.tiering import segment as seg
 from app.tiering.cache import SegmentCache
 from app.tiering.store import FileStore, ObjectInfo, StoreUnavailable, sha256_hex
-from tests.state_machine.test_tiering import BIG, TH, filled
+from tests.state_machine.tiering_helpers import BIG, TH, filled
 
 U32 = struct.Struct(">I")
 T0 = 1_700_000_000_000

@@ -1,0 +1,35 @@
+"""Removing a stream: soft while forks still read through it, else for good with all it owns."""
+
+from __future__ import annotations
+
+from app.state_machine import records as r
+from app.state_machine.cold_tier import enqueue_segment
+from app.state_machine.reader import segments
+from app.state_machine.snapshots import drop_snapshots
+from app.state_machine.table import StreamTable
+
+
+def remove(table: StreamTable, meta: r.StreamMeta) -> None:
+    """Soft-deletes a stream that forks still reference, else deletes it and releases its source."""
+    table.changed.add(meta.sid)
+    if meta.forks > 0:
+        meta.deleted = True
+        table.dirty.add(meta.sid)
+        return
+    sid = meta.sid
+    table.untiered_bytes -= meta.tail - meta.tiered
+    table.local_bytes -= meta.tail - meta.evicted
+    for segment in segments(table, sid, 0, meta.tail):
+        enqueue_segment(table, segment.key)
+    drop_snapshots(table, sid)
+    table.batch.delete_range(r.SEGMENTS, r.sid_key(sid), r.sid_key(sid + 1))
+    table.drop(meta)
+    table.batch.delete_range(r.DATA, r.data_key(sid, 0), r.data_key(sid + 1, 0))
+    table.batch.delete_range(r.PRODUCERS, r.sid_key(sid), r.sid_key(sid + 1))
+    if meta.fork_of is not None:
+        source = table.streams.get(meta.fork_of)
+        if source is not None:
+            source.forks -= 1
+            table.dirty.add(source.sid)
+            if source.forks == 0 and source.deleted:
+                remove(table, source)

@@ -1,0 +1,103 @@
+"""The applied state every rule reads and writes: the store, the streams, and the batch being staged.
+
+Rules write only through the batch of the apply in progress; `commit` writes it together with the
+new applied index in one KV write batch, so a crash never leaves an entry half-applied. Staged
+writes stay readable to later entries of the same batch.
+"""
+
+from __future__ import annotations
+
+from app.raft.messages import Membership, decode_membership
+from app.state_machine import records as r
+from app.storage.kv import KV, Batch
+
+# Buckets that always exist: the legacy and compat route families live here.
+# Their names contain a dot, which user bucket names cannot.
+LEGACY_BUCKET = "legacy.streams"
+COMPAT_BUCKET = "compat.v1"
+BUILTIN_BUCKETS = (LEGACY_BUCKET, COMPAT_BUCKET)
+
+
+class StreamTable:
+    def __init__(self, kv: KV) -> None:
+        self.kv = kv
+        self.streams: dict[int, r.StreamMeta] = {}
+        self.names: dict[tuple[str, str], int] = {}
+        self.batch = Batch()
+        # Writes of the apply batch in progress, not yet in the KV: (cf, key) -> value.
+        self.staged: dict[tuple[str, bytes], bytes] = {}
+        # Streams whose metadata the batch must write, and streams whose live readers must re-check.
+        self.dirty: set[int] = set()
+        self.changed: set[int] = set()
+        self.applied_index, self.applied_term = r.decode_applied(kv.get(r.SM_META, r.APPLIED_KEY))
+        raw = kv.get(r.SM_META, r.MEMBERSHIP_KEY)
+        self.membership: Membership | None = decode_membership(raw) if raw else None
+        raw = kv.get(r.SM_META, r.NEXT_SID_KEY)
+        self.next_sid: int = r.U64.unpack(raw)[0] if raw else 1
+        self.buckets: dict[str, int] = {b: 0 for b in BUILTIN_BUCKETS}
+        # bucket -> (max-age, max-bytes) given to its streams that set no retention of their own
+        self.bucket_retention: dict[str, tuple[int | None, int | None]] = {}
+        for key, value in kv.scan(r.BUCKETS, b""):
+            self.buckets[key.decode()] = r.U64.unpack_from(value)[0]
+            if len(value) > r.U64.size:
+                self.bucket_retention[key.decode()] = r.decode_retention(value[r.U64.size :])
+        # Bytes of own records not yet in the object store, and still on local disk.
+        self.untiered_bytes = self.local_bytes = 0
+        for _, value in kv.scan(r.STREAMS, b""):
+            meta = r.decode_meta(value)
+            if meta.tiered < meta.fork_pos:  # written before the cold tier existed
+                meta.tiered = meta.evicted = meta.fork_pos
+            self.streams[meta.sid] = meta
+            self.names[(meta.bucket, meta.name)] = meta.sid
+            self.untiered_bytes += meta.tail - meta.tiered
+            self.local_bytes += meta.tail - meta.evicted
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        """A value as the batch in progress sees it: staged, else committed."""
+        return self.staged.get((cf, key)) or self.kv.get(cf, key)
+
+    def stage(self, cf: str, key: bytes, value: bytes) -> None:
+        """Writes into the batch and keeps it readable by later entries of the same batch."""
+        self.batch.put(cf, key, value)
+        self.staged[(cf, key)] = value
+
+    def unstage(self, cf: str, key: bytes) -> None:
+        self.batch.delete(cf, key)
+        self.staged.pop((cf, key), None)
+
+    def new_sid(self) -> int:
+        sid = self.next_sid
+        self.next_sid += 1
+        return sid
+
+    def insert(self, meta: r.StreamMeta) -> None:
+        self.streams[meta.sid] = meta
+        self.names[(meta.bucket, meta.name)] = meta.sid
+        self.batch.put(r.NAMES, r.name_key(meta.bucket, meta.name), r.sid_key(meta.sid))
+
+    def drop(self, meta: r.StreamMeta) -> None:
+        """Forgets a stream's metadata and name (its records are the caller's to delete)."""
+        del self.streams[meta.sid]
+        del self.names[(meta.bucket, meta.name)]
+        self.dirty.discard(meta.sid)
+        self.batch.delete(r.NAMES, r.name_key(meta.bucket, meta.name))
+        self.batch.delete(r.STREAMS, r.sid_key(meta.sid))
+
+    def set_membership(self, data: bytes) -> None:
+        self.membership = decode_membership(data)
+        self.batch.put(r.SM_META, r.MEMBERSHIP_KEY, data)
+
+    def commit(self, index: int, term: int) -> set[int]:
+        """Writes the batch with the applied point, and returns the streams it changed."""
+        self.applied_index, self.applied_term = index, term
+        for sid in self.dirty:
+            meta = self.streams.get(sid)
+            if meta is not None:
+                self.batch.put(r.STREAMS, r.sid_key(sid), r.encode(meta))
+        self.batch.put(r.SM_META, r.APPLIED_KEY, r.encode_applied(index, term))
+        self.batch.put(r.SM_META, r.NEXT_SID_KEY, r.U64.pack(self.next_sid))
+        self.kv.write(self.batch)
+        self.batch, self.dirty = Batch(), set()
+        self.staged.clear()
+        changed, self.changed = self.changed, set()
+        return changed
