@@ -7,7 +7,7 @@ leader within that time ignore vote requests (the leader's lease).
 
 Learners receive the log but neither vote nor count toward commits. Membership entries replace the
 whole configuration when they commit, one node at a time (app/raft/progress.py). The leader's half
-(replication, commits, reads) is in app/raft/leading.py; linearizable reads use ReadIndex with a
+(replication, commits, reads) is in app/raft/leader.py; linearizable reads use ReadIndex with a
 lease (app/raft/read_only.py). A follower that needs entries the leader has compacted away gets a
 checkpoint instead: the core names the peer in `Ready.checkpoints`, the driver streams the state
 machine's store to it, and the follower's driver calls `install_checkpoint` once the store is in
@@ -24,7 +24,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from app.raft.leading import Leading
+from app.raft.leader import (
+    answer_read,
+    broadcast_append,
+    maybe_commit,
+    send_appends,
+    serve_read,
+    start_transfer,
+    step_leader,
+)
 from app.raft.messages import (
     MEMBERSHIP,
     AppendEntries,
@@ -46,7 +54,7 @@ from app.raft.read_only import ReadOnly
 from app.raft.ready import Ready, Role
 
 
-class RaftCore(Leading):
+class RaftCore:
     def __init__(
         self,
         node_id: int,
@@ -87,16 +95,10 @@ class RaftCore(Leading):
         self.transfer_elapsed = 0
         self.pending_membership = 0  # index of the last membership entry a leader proposed
         self._replicate = False
-        # Messages whose handling depends on the role go to that role's step, as in etcd.
-        self._steps: dict[Role, Callable[[Message], None]] = {
-            Role.FOLLOWER: self._step_follower,
-            Role.PRE_CANDIDATE: self._step_candidate,
-            Role.CANDIDATE: self._step_candidate,
-            Role.LEADER: self._step_leader,
-        }
+        # What the next Ready hands out: messages to send, peers to stream a checkpoint to, answered reads.
         self.outbox: list[Message] = []
-        self._checkpoint_requests: list[int] = []
-        self._reads: list[tuple[int, int]] = []
+        self.checkpoint_requests: list[int] = []
+        self.read_states: list[tuple[int, int]] = []  # (ctx, read index; 0 when refused)
         self._emitted = HardState(self.term, self.vote, self.commit)
 
     @property
@@ -126,7 +128,7 @@ class RaftCore(Leading):
             if self.elapsed >= self.heartbeat_ticks:
                 self.elapsed = 0
                 self.read_only.new_round(self.clock)
-                self._broadcast_append()
+                broadcast_append(self)
         elif self.elapsed >= self.timeout and self.id in self.voters:
             self.start_election()
 
@@ -178,6 +180,20 @@ class RaftCore(Leading):
         self._replicate = True
         return self.pending_membership
 
+    def transfer_leadership(self) -> int:
+        """Hands leadership to the most caught-up voter; returns it (0 when there is none)."""
+        return start_transfer(self)
+
+    def read_index(self, ctx: int) -> bool:
+        """Asks for a read index; it comes back as (ctx, index) in `Ready.reads`. False: no leader."""
+        if self.role is Role.LEADER:
+            serve_read(self, ctx, self.id)
+        elif self.leader:
+            self.outbox.append(ReadIndex(self.term, self.id, self.leader, ctx))
+        else:
+            return False
+        return True
+
     def step(self, msg: Message) -> None:
         if self.role is Role.LEADER and msg.src in self.voters:
             self.tracker.active.add(msg.src)
@@ -204,14 +220,14 @@ class RaftCore(Leading):
         elif isinstance(msg, AppendEntries):
             self._on_append(msg)  # any role: a current-term append names the leader
         elif isinstance(msg, ReadIndexResponse):
-            self._reads.append((msg.ctx, msg.index))
+            self.read_states.append((msg.ctx, msg.index))
         else:
-            self._steps[self.role](msg)
+            STEPS[self.role](self, msg)
 
     def on_persisted(self, index: int, term: int) -> None:
         """The driver synced entries up to `index`; counts toward the leader's own match."""
         if self.log.persisted(index, term) and self.role is Role.LEADER:
-            self._maybe_commit()
+            maybe_commit(self)
 
     def on_applied(self, index: int) -> None:
         self.applied = max(self.applied, index)
@@ -247,7 +263,7 @@ class RaftCore(Leading):
         if self._replicate:
             self._replicate = False
             if self.role is Role.LEADER:
-                self._send_appends()
+                send_appends(self)
         rd = Ready()
         # Term and vote must be durable before we act on them; the commit index may lag on disk
         # (it is recovered from the leader), so it rides along but never forces a sync.
@@ -257,8 +273,8 @@ class RaftCore(Leading):
         if rd.entries:
             rd.hard_state = self._emitted = HardState(self.term, self.vote, self.commit)
         rd.messages, self.outbox = self.outbox, []
-        rd.checkpoints, self._checkpoint_requests = self._checkpoint_requests, []
-        rd.reads, self._reads = self._reads, []
+        rd.checkpoints, self.checkpoint_requests = self.checkpoint_requests, []
+        rd.reads, self.read_states = self.read_states, []
         upto = min(self.commit, self.log.stable, self.log.last_index())
         if upto > self.applied:
             rd.committed = self.log.slice(self.applied + 1, upto + 1)
@@ -277,7 +293,7 @@ class RaftCore(Leading):
         if self.id not in self.voters:
             self._become_follower(self.term, 0)  # removed: a voter of the new configuration will lead
         else:
-            self._maybe_commit()
+            maybe_commit(self)
 
     def _random_timeout(self) -> int:
         return self.election_ticks + self.rng.randrange(self.election_ticks)
@@ -285,9 +301,9 @@ class RaftCore(Leading):
     def _become_follower(self, term: int, leader: int) -> None:
         self.transferee = 0
         self.tracker.progress = {}
-        self._checkpoint_requests = []
+        self.checkpoint_requests = []
         for ctx, requester in self.read_only.drop():
-            self._answer_read(ctx, requester, 0)
+            answer_read(self, ctx, requester, 0)
         if term != self.term:
             self.term = term
             self.vote = 0
@@ -308,10 +324,10 @@ class RaftCore(Leading):
         # until it is applied: a configuration change from an earlier term may still be in flight.
         self.propose(b"")
         self.pending_membership = self.log.last_index()
-        self._maybe_commit()
+        maybe_commit(self)
 
     # Steps by role (RequestVote, AppendEntries and ReadIndexResponse are the same for every role;
-    # the leader's is in app/raft/leading.py)
+    # the leader's is app/raft/leader.py's step_leader)
 
     def _step_candidate(self, msg: Message) -> None:
         if isinstance(msg, VoteResponse):
@@ -363,3 +379,12 @@ class RaftCore(Leading):
             return
         self.commit = max(self.commit, min(msg.commit, match))
         self.outbox.append(AppendResponse(self.term, self.id, msg.src, True, match, msg.round))
+
+
+# Messages whose handling depends on the role go to that role's step, as in etcd.
+STEPS: dict[Role, Callable[[RaftCore, Message], None]] = {
+    Role.FOLLOWER: RaftCore._step_follower,
+    Role.PRE_CANDIDATE: RaftCore._step_candidate,
+    Role.CANDIDATE: RaftCore._step_candidate,
+    Role.LEADER: step_leader,
+}

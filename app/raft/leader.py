@@ -1,0 +1,131 @@
+"""The leader's half of the Raft core: replication to each peer, counting commits, and ReadIndex reads.
+
+Plain functions over the core, as etcd writes `stepLeader(r *raft, m pb.Message)`: each takes the
+RaftCore first, reads its state, and keeps its own in the progress tracker and the read-only state.
+The core calls them (its role dispatch sends a leader's messages to `step_leader`); they call back
+into the core only through its attributes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.raft.messages import AppendEntries, AppendResponse, Message, ReadIndex, ReadIndexResponse, TimeoutNow
+from app.raft.ready import Role
+
+if TYPE_CHECKING:
+    from app.raft.core import RaftCore
+
+MAX_ENTRIES_PER_MESSAGE = 256
+
+
+def step_leader(core: RaftCore, msg: Message) -> None:
+    if isinstance(msg, AppendResponse):
+        _on_append_response(core, msg)
+    elif isinstance(msg, ReadIndex):
+        serve_read(core, msg.ctx, msg.src)
+
+
+def start_transfer(core: RaftCore) -> int:
+    """Hands leadership to the most caught-up voter; returns it (0 when there is none)."""
+    progress = core.tracker.progress
+    candidates = [p for p in progress if p in core.tracker.voters]
+    if core.role is not Role.LEADER or not candidates:
+        return 0
+    target = max(candidates, key=lambda peer: (progress[peer].match, -peer))
+    core.transferee, core.transfer_elapsed = target, 0
+    if progress[target].match == core.log.last_index():
+        core.outbox.append(TimeoutNow(core.term, core.id, target))
+    else:
+        send_append(core, target)
+    return target
+
+
+# Replication
+
+
+def _on_append_response(core: RaftCore, msg: AppendResponse) -> None:
+    progress = core.tracker.progress.get(msg.src)
+    if progress is None:
+        return
+    if core.read_only.ack(msg.src, msg.round):
+        _release_reads(core)
+    if not msg.success:
+        if progress.rejected(msg.match_index):
+            send_append(core, msg.src)
+        return
+    if progress.acked(msg.match_index, core.log.checkpoint_index):
+        maybe_commit(core)
+    if msg.src == core.transferee and msg.match_index == core.log.last_index():
+        core.outbox.append(TimeoutNow(core.term, core.id, msg.src))
+    if progress.next <= core.log.last_index() and not progress.checkpointing:
+        send_append(core, msg.src)
+
+
+def send_appends(core: RaftCore) -> None:
+    """Sends each peer the entries it has not been sent yet (none to a peer that has them all)."""
+    for peer in core.tracker.peers():
+        if core.tracker.progress[peer].next <= core.log.last_index():
+            send_append(core, peer)
+
+
+def broadcast_append(core: RaftCore) -> None:
+    """Sends every peer an append (empty for one that was sent every entry): the heartbeat of a round."""
+    for peer in core.tracker.peers():
+        send_append(core, peer)
+
+
+def send_append(core: RaftCore, peer: int) -> None:
+    progress, log, rnd = core.tracker.progress[peer], core.log, core.read_only.round
+    if progress.needs_checkpoint(log.checkpoint_index):
+        core.checkpoint_requests.append(peer)
+    if progress.checkpointing:
+        # A probe keeps its election timer quiet and reports where it stands once installed.
+        probe = AppendEntries(core.term, core.id, peer, log.checkpoint_index, log.checkpoint_term, [], core.commit, rnd)
+        core.outbox.append(probe)
+        return
+    nxt = progress.next
+    entries = log.slice(nxt, min(log.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE))
+    prev_term = log.term_at(nxt - 1) or 0
+    core.outbox.append(AppendEntries(core.term, core.id, peer, nxt - 1, prev_term, entries, core.commit, rnd))
+    # Optimistic: pipeline the next batch without waiting for this one's answer.
+    progress.next = nxt + len(entries)
+
+
+def maybe_commit(core: RaftCore) -> None:
+    matches = core.tracker.match_indexes()
+    candidate = core.tracker.majority(lambda v: core.log.stable if v == core.id else matches.get(v, 0))
+    # Only entries of the current term commit by counting replicas.
+    if candidate > core.commit and core.log.term_at(candidate) == core.term:
+        core.commit = candidate
+        if core.read_only.pending:
+            _release_reads(core)
+
+
+# Reads
+
+
+def serve_read(core: RaftCore, ctx: int, requester: int) -> None:
+    leased = core.read_only.leased(core.tracker, core.clock, core.election_ticks)
+    if leased and core.log.term_at(core.commit) == core.term:
+        answer_read(core, ctx, requester, core.commit)
+        return
+    if core.read_only.needs_round():
+        core.read_only.new_round(core.clock)  # a round that starts after the request
+        broadcast_append(core)
+    core.read_only.wait(ctx, requester)
+
+
+def _release_reads(core: RaftCore) -> None:
+    if core.log.term_at(core.commit) != core.term:
+        return  # a new leader knows its commit index once an entry of its term commits
+    for ctx, requester in core.read_only.release(core.tracker):
+        answer_read(core, ctx, requester, core.commit)
+
+
+def answer_read(core: RaftCore, ctx: int, requester: int, index: int) -> None:
+    """Answers a read with `index` (0: refused): into the next Ready for this node, else to the requester."""
+    if requester == core.id:
+        core.read_states.append((ctx, index))
+    else:
+        core.outbox.append(ReadIndexResponse(core.term, core.id, requester, ctx, index))
