@@ -301,6 +301,8 @@ class RaftNode:
             self.core.step(msg)
         pending, self._pending = self._pending, []
         for data, fut in pending:
+            if fut.done():
+                continue  # the caller gave up (cancelled) before its proposal was taken
             index = self.core.propose(data)
             if index is None:
                 fut.set_exception(NotLeader(self.core.leader))
