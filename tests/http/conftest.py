@@ -34,3 +34,11 @@ def base(request: pytest.FixtureRequest, ds_bucket: str) -> str:
 def path(base: str) -> str:
     """A fresh stream path (not yet created) in the family under test."""
     return f"{base}s-{uid()}"
+
+
+@pytest.fixture(scope="module")
+def bucket(client: httpx.Client) -> str:
+    """A /ds bucket per module for the /ds sub-resource tests (test_ds_*.py); test_buckets.py has its own."""
+    name = "ext-" + uid()
+    assert client.put(f"/ds/{name}").status_code == 201
+    return name

@@ -1,4 +1,4 @@
-"""Learners, one-node-at-a-time membership changes, and checkpoints, driven by hand.
+"""Checkpoints, driven by hand: the leader's side, the follower's, and the storage halves.
 
 Every test steps `RaftCore` instances directly and delivers (or drops) their messages itself,
 so each scenario is exact and deterministic. The last tests cover the storage halves of a
@@ -7,315 +7,33 @@ checkpoint: `LogStore.restore` moving the log behind it, and the state machine's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
 
 from app.raft import log_store
 from app.raft.core import RaftCore
 from app.raft.log_store import LogStore
-from app.raft.messages import (
-    MEMBERSHIP,
-    AppendEntries,
-    AppendResponse,
-    Entry,
-    HardState,
-    Membership,
-    Message,
-    VoteResponse,
-    encode,
-)
+from app.raft.messages import MEMBERSHIP, AppendEntries, AppendResponse, Entry, HardState, encode
 from app.raft.ready import Ready, Role
 from app.state_machine import records as r
 from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
 from app.state_machine.export import Pair, applied_point, export, load
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
 from app.storage.kv import MemoryKV
-from tests.raft.helpers import drain
+from tests.raft.helpers import ack, appends_to, cfg, commit_membership, drain, elect, sent_to
 from tests.state_machine.helpers import T0, dump
 
-# Helpers
-
-
-def _cfg(voters: Iterable[int], learners: Iterable[int] = ()) -> Membership:
-    """A configuration with a made-up URL per node."""
-    return Membership({v: f"http://n{v}" for v in voters}, {n: f"http://n{n}" for n in learners})
-
-
-def _to(rd: Ready, dst: int) -> list[Message]:
-    return [m for m in rd.messages if m.dst == dst]
-
-
-def _appends(rd: Ready, dst: int) -> list[AppendEntries]:
-    return [m for m in rd.messages if isinstance(m, AppendEntries) and m.dst == dst]
-
-
-def _elect(voters: Iterable[int] = (1, 2, 3), learners: Iterable[int] = (4,)) -> RaftCore:
-    """Node 1 wins term 1 with node 2's vote; its no-op (index 1) is neither persisted nor committed."""
-    core = RaftCore(1, list(voters), HardState(), [], learners=list(learners))
-    core.campaign()
-    core.step(VoteResponse(core.term, 2, 1, True))
-    assert core.role is Role.LEADER and core.log.last_index() == 1
-    return core
-
-
-def _ack(leader: RaftCore, src: int, match: int | None = None) -> None:
-    """A successful AppendResponse from `src` (by default: it holds the leader's whole log)."""
-    index = leader.log.last_index() if match is None else match
-    leader.step(AppendResponse(leader.term, src, leader.id, True, index))
-
-
-def _ready_leader(voters: Iterable[int] = (1, 2, 3), learners: Iterable[int] = (4,)) -> RaftCore:
-    """A leader whose no-op node 2 acked, so it is committed and applied: it may change membership."""
-    leader = _elect(voters, learners)
-    drain(leader)
-    _ack(leader, 2)
-    assert [e.index for e in drain(leader).committed] == [1]
-    assert leader.applied == leader.pending_membership == 1
-    return leader
-
-
-def _commit_membership(leader: RaftCore, new: Membership) -> tuple[int, Ready]:
-    """Proposes `new`, has node 2 ack it, and drains the Ready that applies it."""
-    index = leader.propose_membership(new, encode(new))
-    assert index is not None
-    drain(leader)
-    _ack(leader, 2)
-    assert leader.commit >= index
-    return index, drain(leader)
-
-
-# 1. Learners
-
-
-def test_learner_gets_the_log_but_its_acks_do_not_commit() -> None:
-    leader = _elect()
-    leader.propose(b"a")
-    rd = drain(leader)
-    assert [e.index for m in _appends(rd, 4) for e in m.entries] == [1, 2]  # replicated to the learner
-
-    _ack(leader, 4)
-    assert leader.tracker.progress[4].match == 2  # the ack was taken...
-    assert leader.commit == 0  # ...but the leader and a learner are not a majority of 3 voters
-    assert drain(leader).committed == []
-
-    _ack(leader, 2)  # one voter's ack is enough, which shows the learner's was what fell short
-    assert leader.commit == 2
-    assert [e.data for e in drain(leader).committed] == [b"", b"a"]
-
-
-def test_learner_acks_do_not_keep_a_leader_in_power() -> None:
-    """Check-quorum counts only voters: a leader that hears from nobody but its learner steps down."""
-    leader = _elect()
-    drain(leader)
-    for _ in range(leader.election_ticks):
-        _ack(leader, 4)
-        leader.tick()
-    assert leader.role is Role.FOLLOWER
-
-
-def test_learner_never_starts_an_election() -> None:
-    learner = RaftCore(4, [1, 2, 3], HardState(), [], learners=[4])
-    voter = RaftCore(3, [1, 2, 3], HardState(), [], learners=[4])
-    for _ in range(5 * learner.election_ticks):  # several timeouts: enough for the voter
-        learner.tick()
-        voter.tick()
-    assert voter.role is Role.PRE_CANDIDATE
-    assert learner.role is Role.FOLLOWER and learner.term == 0
-    assert not learner.ready().messages
-
-
-def test_votes_from_non_voters_are_ignored() -> None:
-    candidate = RaftCore(1, [1, 2, 3], HardState(), [], learners=[4])
-    candidate.start_election()
-    assert candidate.role is Role.PRE_CANDIDATE
-    candidate.step(VoteResponse(1, 4, 1, True, pre_vote=True))  # the learner
-    candidate.step(VoteResponse(1, 9, 1, True, pre_vote=True))  # a stranger
-    assert candidate.role is Role.PRE_CANDIDATE and candidate.term == 0
-
-    candidate.step(VoteResponse(1, 2, 1, True, pre_vote=True))
-    assert candidate.role is Role.CANDIDATE and candidate.term == 1
-    candidate.step(VoteResponse(1, 4, 1, True))
-    candidate.step(VoteResponse(1, 9, 1, True))
-    assert candidate.role is Role.CANDIDATE
-
-    candidate.step(VoteResponse(1, 3, 1, True))
-    assert candidate.role is Role.LEADER
-
-
-# 2. Which membership changes a leader accepts
-
-
-def test_follower_refuses_membership_changes() -> None:
-    follower = RaftCore(2, [1, 2, 3], HardState(), [], learners=[4])
-    new = _cfg([1, 2, 3], [4, 5])
-    assert follower.membership_error(new) == "not the leader"
-    assert follower.propose_membership(new, encode(new)) is None
-    assert follower.log.last_index() == 0
-
-
-def test_new_leader_refuses_membership_until_its_no_op_is_applied() -> None:
-    """A change from an earlier term may still be in flight until the new term's no-op applies."""
-    leader = _elect()
-    new = _cfg([1, 2, 3], [4, 5])
-    assert leader.pending_membership == 1
-    assert leader.membership_error(new) is not None
-    assert leader.propose_membership(new, encode(new)) is None
-
-    drain(leader)
-    _ack(leader, 2)
-    assert leader.commit == 1
-    assert leader.membership_error(new) is not None  # committed is not enough
-    rd = leader.ready()
-    assert [e.index for e in rd.committed] == [1]
-    assert leader.membership_error(new) is not None  # handed out for applying is not enough either
-    leader.on_applied(1)
-    assert leader.membership_error(new) is None
-    assert leader.propose_membership(new, encode(new)) == 2
-
-
-@pytest.mark.parametrize(
-    "new",
-    [
-        pytest.param(_cfg([1, 2, 3], [4, 5]), id="add-learner"),
-        pytest.param(_cfg([1, 2, 3, 4]), id="promote-learner"),
-        pytest.param(_cfg([1, 2], [4]), id="remove-voter"),
-        pytest.param(_cfg([1, 2, 3]), id="remove-learner"),
-        pytest.param(_cfg([2, 3], [4]), id="remove-the-leader"),
-    ],
-)
-def test_leader_accepts_a_one_node_change(new: Membership) -> None:
-    leader = _ready_leader()
-    assert leader.membership_error(new) is None
-    index = leader.propose_membership(new, encode(new))
-    assert index == 2 and leader.pending_membership == 2
-    entry = leader.log.entries[-1]
-    assert (entry.index, entry.kind, entry.data) == (2, MEMBERSHIP, encode(new))
-
-
-@pytest.mark.parametrize(
-    "new",
-    [
-        pytest.param(_cfg([1, 2, 3, 5], [4]), id="add-voter-directly"),
-        pytest.param(_cfg([1, 2], [4, 5]), id="add-learner-and-remove-voter"),
-        pytest.param(_cfg([1, 2, 3, 4], [5]), id="promote-and-add"),
-        pytest.param(_cfg([1, 2, 3, 4], [4]), id="voter-and-learner-at-once"),
-        pytest.param(_cfg([], [1, 2, 3, 4]), id="no-voters"),
-        pytest.param(_cfg([1, 2, 3], [4]), id="no-change"),
-        pytest.param(_cfg([1, 2], [3, 4]), id="demote-voter"),
-    ],
-)
-def test_leader_refuses_anything_but_a_one_node_change(new: Membership) -> None:
-    leader = _ready_leader()
-    assert leader.membership_error(new) is not None
-    assert leader.propose_membership(new, encode(new)) is None
-    assert leader.log.last_index() == 1 and leader.pending_membership == 1
-
-
-def test_second_change_waits_until_the_first_is_applied() -> None:
-    leader = _ready_leader()
-    first, second = _cfg([1, 2, 3], [4, 5]), _cfg([1, 2], [4, 5])
-    assert leader.propose_membership(first, encode(first)) == 2
-    assert leader.membership_error(second) == "another membership change is still in progress"
-    assert leader.propose_membership(second, encode(second)) is None
-
-    drain(leader)
-    _ack(leader, 2)
-    rd = leader.ready()  # committed and handed out, not yet applied
-    assert [e.index for e in rd.committed] == [2]
-    assert leader.membership_error(second) is not None
-    leader.on_applied(2)
-    assert leader.membership_error(second) is None  # valid against the configuration `first` made
-    assert leader.propose_membership(second, encode(second)) == 3
-
-
-# 3. A membership entry takes effect when it commits
-
-
-def test_added_learner_takes_effect_on_commit_and_gets_the_log() -> None:
-    leader = _ready_leader()
-    new = _cfg([1, 2, 3], [4, 5])
-    index = leader.propose_membership(new, encode(new))
-    assert index is not None
-    rd = drain(leader)
-    assert _to(rd, 5) == []  # not a member yet: nothing is sent to it
-    _ack(leader, 2)
-    assert leader.commit == index
-    assert leader.learners == [4] and 5 not in leader.tracker.progress  # committed, but not yet handed out
-
-    rd = drain(leader)
-    assert [(e.index, e.kind) for e in rd.committed] == [(index, MEMBERSHIP)]
-    assert (leader.voters, leader.learners) == ([1, 2, 3], [4, 5])
-    assert (leader.tracker.progress[5].next, leader.tracker.progress[5].match) == (index + 1, 0)
-
-    leader.tick()  # the heartbeat now reaches the new learner
-    assert len(_appends(drain(leader), 5)) == 1
-
-
-def test_follower_adopts_a_membership_entry_only_when_it_commits() -> None:
-    follower = RaftCore(2, [1, 2, 3], HardState(), [], learners=[4])
-    new = _cfg([1, 2, 3], [4, 5])
-    entries = [Entry(1, 1, b""), Entry(1, 2, encode(new), MEMBERSHIP)]
-    follower.step(AppendEntries(1, 1, 2, 0, 0, entries, 1))
-    assert drain(follower).committed == []  # nothing is applied before it is persisted
-    rd = drain(follower)
-    assert [e.index for e in rd.committed] == [1]
-    assert follower.learners == [4]  # in the log, not committed: no effect
-
-    follower.step(AppendEntries(1, 1, 2, 2, 1, [], 2))
-    rd = drain(follower)
-    assert [e.index for e in rd.committed] == [2]
-    assert follower.learners == [4, 5]
-
-
-def test_promoted_learner_counts_toward_commit() -> None:
-    leader = _ready_leader()
-    _commit_membership(leader, _cfg([1, 2, 3, 4]))
-    assert leader.voters == [1, 2, 3, 4] and leader.learners == []
-    index = leader.propose(b"x")
-    drain(leader)
-    _ack(leader, 2)
-    assert leader.commit < index  # 2 of 4 voters is no longer a majority
-    _ack(leader, 4)
-    assert leader.commit == index  # the promoted node's ack completes it
-
-
-def test_removed_node_loses_its_progress_and_its_heartbeats() -> None:
-    leader = _ready_leader()
-    drain(leader)
-    assert 3 in leader.tracker.progress
-    _commit_membership(leader, _cfg([1, 2], [4]))
-    assert leader.voters == [1, 2]
-    assert 3 not in leader.tracker.progress
-    leader.tick()
-    rd = drain(leader)
-    assert _to(rd, 3) == [] and len(_appends(rd, 2)) == 1
-
-
-def test_leader_that_removes_itself_steps_down_and_stays_quiet() -> None:
-    leader = _ready_leader()
-    index, rd = _commit_membership(leader, _cfg([2, 3], [4]))
-    assert [e.index for e in rd.committed] == [index]
-    assert leader.role is Role.FOLLOWER and leader.leader == 0
-    assert leader.voters == [2, 3]
-    for _ in range(5 * leader.election_ticks):  # no longer a voter: no campaigns
-        leader.tick()
-    assert leader.role is Role.FOLLOWER
-    assert not [m for m in drain(leader).messages if not isinstance(m, AppendEntries)]
-
-
-# 4. Checkpoints from the leader's side and the follower's
+# 1. Checkpoints from the leader's side and the follower's
 
 
 def _leader_with_a_lagging_follower() -> tuple[RaftCore, RaftCore]:
     """Leader 1 has entries 1..5 committed and applied (node 2 acked), compacted through 3;
     node 3 was down for all of it and has an empty log."""
-    leader = _elect(learners=())
+    leader = elect(learners=())
     for data in (b"a", b"b", b"c", b"d"):
         leader.propose(data)
     rd = drain(leader)
-    assert _appends(rd, 3)  # dropped: node 3 is down
-    _ack(leader, 2)
+    assert appends_to(rd, 3)  # dropped: node 3 is down
+    ack(leader, 2)
     assert [e.index for e in drain(leader).committed] == [1, 2, 3, 4, 5]
     leader.compact(3)
     assert (leader.log.checkpoint_index, leader.log.checkpoint_term, leader.log.last_index()) == (3, 1, 5)
@@ -325,7 +43,7 @@ def _leader_with_a_lagging_follower() -> tuple[RaftCore, RaftCore]:
 def _request_checkpoint(leader: RaftCore, follower: RaftCore) -> Ready:
     """A heartbeat reaches the follower, which rejects it; the leader backs off below its checkpoint index."""
     leader.tick()
-    (heartbeat,) = _appends(drain(leader), 3)
+    (heartbeat,) = appends_to(drain(leader), 3)
     assert heartbeat.prev_index == 5  # pipelining had already moved next[3] past the checkpoint index
     follower.step(heartbeat)
     (reject,) = drain(follower).messages
@@ -336,8 +54,8 @@ def _request_checkpoint(leader: RaftCore, follower: RaftCore) -> Ready:
 
 
 def _assert_only_probes(leader: RaftCore, rd: Ready) -> list[AppendEntries]:
-    probes = _appends(rd, 3)
-    assert probes and _to(rd, 3) == probes
+    probes = appends_to(rd, 3)
+    assert probes and sent_to(rd, 3) == probes
     log = leader.log
     for probe in probes:
         assert (probe.prev_index, probe.prev_term, probe.entries) == (log.checkpoint_index, log.checkpoint_term, [])
@@ -359,21 +77,21 @@ def test_lagging_follower_is_listed_for_a_checkpoint_once_and_probed_meanwhile()
     index = leader.propose(b"e")  # new entries go to node 2, never to the checkpointing node
     rd = drain(leader)
     assert rd.checkpoints == []
-    assert [e.index for m in _appends(rd, 2) for e in m.entries] == [index]
+    assert [e.index for m in appends_to(rd, 2) for e in m.entries] == [index]
     _assert_only_probes(leader, rd)
 
 
 def test_rejections_are_ignored_while_a_checkpoint_is_in_flight() -> None:
     leader, follower = _leader_with_a_lagging_follower()
     rd = _request_checkpoint(leader, follower)
-    (probe,) = _appends(rd, 3)
+    (probe,) = appends_to(rd, 3)
     follower.step(probe)  # it still lacks the checkpoint's entry, so it rejects the probe
     (reject,) = drain(follower).messages
     assert isinstance(reject, AppendResponse) and not reject.success
     next_before = leader.tracker.progress[3].next
     leader.step(reject)
     rd = drain(leader)
-    assert _to(rd, 3) == [] and rd.checkpoints == []  # no back-off answer, no new request
+    assert sent_to(rd, 3) == [] and rd.checkpoints == []  # no back-off answer, no new request
     assert leader.tracker.progress[3].next == next_before and leader.tracker.progress[3].checkpointing
 
 
@@ -398,7 +116,7 @@ def test_installed_checkpoint_puts_the_follower_back_on_the_log() -> None:
 
     # The driver streamed the leader's store at its applied index, 5, which is past the checkpoint index 3.
     assert follower.can_install_checkpoint(leader.term, 5)
-    follower.install_checkpoint(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
+    follower.install_checkpoint(leader.term, 1, 5, 1, cfg([1, 2, 3]))
     assert (follower.log.checkpoint_index, follower.log.checkpoint_term, follower.log.last_index()) == (5, 1, 5)
     assert (follower.commit, follower.applied, follower.log.entries) == (5, 5, [])
     assert follower.leader == 1 and follower.role is Role.FOLLOWER
@@ -411,7 +129,7 @@ def test_installed_checkpoint_puts_the_follower_back_on_the_log() -> None:
     assert not leader.tracker.progress[3].checkpointing
     rd = drain(leader)
     assert rd.checkpoints == []
-    (append,) = _appends(rd, 3)
+    (append,) = appends_to(rd, 3)
     assert append.prev_index == 5 and [e.index for e in append.entries] == [new_index]
 
     follower.step(append)
@@ -423,8 +141,8 @@ def test_installed_checkpoint_puts_the_follower_back_on_the_log() -> None:
 def test_installed_follower_accepts_a_probe_from_below_its_checkpoint() -> None:
     """A probe sent before the leader saw the install reply names the leader's (lower) checkpoint index."""
     leader, follower = _leader_with_a_lagging_follower()
-    (probe,) = _appends(_request_checkpoint(leader, follower), 3)
-    follower.install_checkpoint(leader.term, 1, 5, 1, _cfg([1, 2, 3]))
+    (probe,) = appends_to(_request_checkpoint(leader, follower), 3)
+    follower.install_checkpoint(leader.term, 1, 5, 1, cfg([1, 2, 3]))
     drain(follower)
     assert probe.prev_index == 3 < follower.log.checkpoint_index
     follower.step(probe)
@@ -436,14 +154,14 @@ def test_removing_a_checkpointing_node_forgets_its_transfer() -> None:
     leader, follower = _leader_with_a_lagging_follower()
     _request_checkpoint(leader, follower)
     assert leader.tracker.progress[3].checkpointing
-    _commit_membership(leader, _cfg([1, 2]))
+    commit_membership(leader, cfg([1, 2]))
     assert leader.voters == [1, 2] and 3 not in leader.tracker.progress
 
 
 def test_deposed_leader_does_not_ask_for_a_checkpoint() -> None:
     leader, follower = _leader_with_a_lagging_follower()
     leader.tick()
-    (heartbeat,) = _appends(drain(leader), 3)
+    (heartbeat,) = appends_to(drain(leader), 3)
     follower.step(heartbeat)
     leader.step(drain(follower).messages[0])  # the rejection queues a checkpoint request for node 3
     leader.step(AppendEntries(leader.term + 1, 2, 1, 5, 1, [], 5))  # before that Ready: node 2 leads term 2
@@ -451,7 +169,7 @@ def test_deposed_leader_does_not_ask_for_a_checkpoint() -> None:
     assert leader.ready().checkpoints == []
 
 
-# 5. can_install_checkpoint and install_checkpoint on the follower
+# 2. can_install_checkpoint and install_checkpoint on the follower
 
 
 def _follower_with_log() -> RaftCore:
@@ -477,7 +195,7 @@ def test_can_install_checkpoint(term: int, index: int, expected: bool) -> None:
 
 def test_install_keeps_the_log_past_a_matching_index() -> None:
     follower = _follower_with_log()
-    follower.install_checkpoint(2, 1, 4, 2, _cfg([1, 2, 3], [4]))
+    follower.install_checkpoint(2, 1, 4, 2, cfg([1, 2, 3], [4]))
     assert (follower.log.checkpoint_index, follower.log.checkpoint_term) == (4, 2)
     assert [e.index for e in follower.log.entries] == [5, 6] and follower.log.last_index() == 6
     assert (follower.commit, follower.applied) == (4, 4)
@@ -489,7 +207,7 @@ def test_install_keeps_the_log_past_a_matching_index() -> None:
 
 def test_install_drops_the_whole_log_when_the_terms_differ() -> None:
     follower = _follower_with_log()
-    follower.install_checkpoint(3, 1, 4, 3, _cfg([1, 2, 3]))  # the leader's entry 4 is of term 3: ours diverged
+    follower.install_checkpoint(3, 1, 4, 3, cfg([1, 2, 3]))  # the leader's entry 4 is of term 3: ours diverged
     assert (follower.log.checkpoint_index, follower.log.checkpoint_term) == (4, 3)
     assert follower.log.entries == [] and follower.log.last_index() == 4 and follower.log.last_term() == 3
     assert (follower.commit, follower.applied) == (4, 4)
@@ -502,7 +220,7 @@ def test_install_drops_the_whole_log_when_the_terms_differ() -> None:
 
 def test_install_drops_the_log_when_the_index_is_past_its_end() -> None:
     follower = _follower_with_log()
-    follower.install_checkpoint(2, 1, 9, 2, _cfg([1, 2, 3]))
+    follower.install_checkpoint(2, 1, 9, 2, cfg([1, 2, 3]))
     assert follower.log.entries == []
     assert (follower.log.checkpoint_index, follower.log.last_index(), follower.commit) == (9, 9, 9)
 
@@ -562,7 +280,7 @@ def _machine(appends: int = 2, body: bytes = b"hello ") -> tuple[MemoryKV, State
     ]
     cmds += [Append(COMPAT_BUCKET, "s", "text/plain", body + b"%d" % i) for i in range(appends)]
     entries = [Entry(2, i, encode_envelope(T0 + i, cmd)) for i, cmd in enumerate(cmds, start=1)]
-    entries.append(Entry(2, len(entries) + 1, encode(_cfg([1, 2, 3], [4])), MEMBERSHIP))
+    entries.append(Entry(2, len(entries) + 1, encode(cfg([1, 2, 3], [4])), MEMBERSHIP))
     outcomes = sm.apply(entries[:2]) + sm.apply(entries[2:])
     assert [o.code for o in outcomes if o is not None] == [Code.CREATED] * 2 + [Code.APPENDED] * appends
     sm.make_durable()  # leaves the node-local sync marker, which a checkpoint must not carry
@@ -585,7 +303,7 @@ def test_exported_store_loads_into_an_identical_state_machine() -> None:
     assert (twin.applied_index, twin.applied_term) == (sm.applied_index, sm.applied_term) == (5, 2)
     assert applied_point(copy) == (5, 2)
     assert twin.streams == sm.streams and twin.names == sm.names and twin.next_sid == sm.next_sid
-    assert twin.membership == sm.membership == _cfg([1, 2, 3], [4])
+    assert twin.membership == sm.membership == cfg([1, 2, 3], [4])
     assert _read(twin, "s") == _read(sm, "s") == b"hello 0hello 1"
     assert _read(twin, "t") == b""
 

@@ -1,0 +1,98 @@
+"""HTTP tests for /ds stream bootstrap: the latest snapshot and what follows it, as multipart/mixed.
+
+Every test works on its own streams (unique names) in one module bucket on the session server.
+Error responses are checked with `assert_error` ({"error": {"code", "message"}}, application/json);
+rejected writes are checked to leave the stream's data and tail unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.http.ds_helpers import create, frames, parse_multipart, read, tail
+from tests.http.helpers import JSON_CT, TEXT, assert_error, uid
+
+
+@pytest.fixture()
+def path(bucket: str) -> str:
+    """A fresh, not yet created stream path in the module bucket (not conftest's per-family `path`)."""
+    return f"/ds/{bucket}/s-{uid()}"
+
+
+def test_bootstrap_without_snapshot_json_one_part_per_message(client: httpx.Client, path: str) -> None:
+    create(client, path, b'[{"a":1},{"b":2}]', b'"three"', headers=JSON_CT)
+    batch = client.post(f"{path}/append-batch", headers=JSON_CT, content=frames(b"[4,5]", b"6"))
+    assert [r["status"] for r in batch.json()] == [204, 204]
+    end = tail(client, path)
+
+    boot = client.get(f"{path}/bootstrap")
+    assert boot.status_code == 200
+    assert boot.headers["stream-snapshot-offset"] == "-1"
+    assert boot.headers["stream-next-offset"] == end
+    assert boot.headers["stream-up-to-date"] == "true"
+    assert "stream-closed" not in boot.headers
+    parts = parse_multipart(boot)
+    assert parts[0][1] == b""  # no snapshot: an empty first part
+    assert [ct for ct, _ in parts[1:]] == ["application/json"] * 6
+    assert [json.loads(body) for _, body in parts[1:]] == [{"a": 1}, {"b": 2}, "three", 4, 5, 6]
+
+    # Reading on from Stream-Next-Offset gives exactly what came after.
+    assert client.post(path, headers=JSON_CT, content=b'{"later":true}').status_code == 204
+    after = read(client, path, boot.headers["stream-next-offset"])
+    assert after.json() == [{"later": True}]
+
+
+def test_bootstrap_with_snapshot_byte_stream(client: httpx.Client, path: str) -> None:
+    _, o1, _, o3 = create(client, path, b"a", b"bb", b"ccc")
+    blob = b"state after a"
+    put = client.put(f"{path}/snapshot/{o1}", headers={"content-type": "application/x-snap"}, content=blob)
+    assert put.status_code == 201
+
+    boot = client.get(f"{path}/bootstrap")
+    assert boot.status_code == 200
+    assert boot.headers["stream-snapshot-offset"] == o1
+    assert boot.headers["stream-next-offset"] == o3
+    assert boot.headers["stream-up-to-date"] == "true"
+    assert parse_multipart(boot) == [("application/x-snap", blob), ("text/plain", b"bb"), ("text/plain", b"ccc")]
+
+    # A snapshot at the tail: nothing after it.
+    assert client.put(f"{path}/snapshot/{o3}", content=b"all").status_code == 201
+    boot = client.get(f"{path}/bootstrap")
+    assert boot.headers["stream-snapshot-offset"] == o3
+    assert parse_multipart(boot) == [("application/octet-stream", b"all")]
+    assert client.post(path, headers=TEXT, content=b"dddd").status_code == 204
+    assert read(client, path, boot.headers["stream-next-offset"]).content == b"dddd"
+
+
+def test_bootstrap_of_an_empty_stream(client: httpx.Client, path: str) -> None:
+    (empty,) = create(client, path)
+    boot = client.get(f"{path}/bootstrap")
+    assert boot.status_code == 200
+    assert boot.headers["stream-snapshot-offset"] == "-1"
+    assert boot.headers["stream-next-offset"] == empty
+    assert boot.headers["stream-up-to-date"] == "true"
+    assert [body for _, body in parse_multipart(boot)] == [b""]
+
+
+def test_bootstrap_of_a_closed_stream(client: httpx.Client, path: str) -> None:
+    create(client, path, b"one", b"two")
+    closed = client.post(path, headers={"stream-closed": "true"})
+    assert closed.status_code == 204
+    boot = client.get(f"{path}/bootstrap")
+    assert boot.status_code == 200
+    assert boot.headers["stream-closed"] == "true"
+    assert boot.headers["stream-up-to-date"] == "true"
+    assert [body for _, body in parse_multipart(boot)] == [b"", b"one", b"two"]
+    head = client.head(f"{path}/bootstrap")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["stream-closed"] == "true"
+    assert head.headers["content-type"].startswith("multipart/mixed")
+
+
+@pytest.mark.parametrize("live", ["long-poll", "sse", "", "true"])
+def test_bootstrap_with_live_is_400(client: httpx.Client, path: str, live: str) -> None:
+    create(client, path, b"x")
+    assert_error(client.get(f"{path}/bootstrap", params={"live": live}), 400)
