@@ -12,6 +12,7 @@ from app.bench import cli as bench_cli
 from app.cluster import cli as cluster_cli
 from app.config import load_settings, parse_peers
 from app.pipeline import cli as pipeline_cli
+from app.security import cli as token_cli
 from app.server import create_app
 
 
@@ -29,6 +30,17 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--node-id", type=int, help="this node's id in --peers")
     serve.add_argument("--peers", type=parse_peers, help="1=http://127.0.0.1:4437,2=...,3=... (all voters)")
     serve.add_argument("--cluster-secret", help="shared secret signing Raft messages between nodes")
+    serve.add_argument(
+        "--cluster-secret-file", type=Path, help="read the cluster secret from this file (keeps it out of `ps`)"
+    )
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve HTTPS to clients and peers")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    serve.add_argument("--tls-ca", type=Path, help="PEM CA bundle verifying https:// peers (default: system CAs)")
+    serve.add_argument("--auth", choices=("on", "off"), help="on: data routes need a bearer token with a scope")
+    serve.add_argument("--public-url", help="this node's URL as clients see it, for Location headers")
+    serve.add_argument(
+        "--cors-origin", action="append", dest="cors_origins", help="an origin browsers may call from (repeatable)"
+    )
     serve.add_argument("--forward-writes", action="store_true", default=None, help="followers proxy writes")
     serve.add_argument(
         "--join", action="store_true", default=None, help="start outside --peers and wait for `rill cluster add`"
@@ -42,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     bench_cli.add_parser(sub)
     cluster_cli.add_parser(sub)
     pipeline_cli.add_parser(sub)
+    token_cli.add_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "bench":
@@ -52,6 +65,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "pipeline":
         raise SystemExit(pipeline_cli.main(args))
+    if args.command == "token":
+        token_cli.main(args)
+        return
 
     if args.command == "serve":
         settings = load_settings(
@@ -65,6 +81,12 @@ def main(argv: list[str] | None = None) -> None:
             node_id=args.node_id,
             peers=args.peers,
             cluster_secret=args.cluster_secret,
+            cluster_secret_file=args.cluster_secret_file,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_ca=args.tls_ca,
+            public_url=args.public_url,
+            cors_origins=args.cors_origins,
             forward_writes=args.forward_writes,
             join=args.join,
             cold_store=args.cold_store,
@@ -74,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
             local_disk_budget=args.local_disk_budget,
             hot_backlog_budget=args.hot_backlog_budget,
         )
+        if args.auth is not None:  # the mode alone: the [auth] table's tokens and JWT settings stay
+            settings.auth = settings.auth.model_copy(update={"mode": args.auth})
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         uvicorn.run(
             create_app(settings),
@@ -86,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
             timeout_graceful_shutdown=5,
             proxy_headers=False,
             server_header=False,
+            ssl_certfile=settings.tls_cert,
+            ssl_keyfile=settings.tls_key,
         )
 
 

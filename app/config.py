@@ -6,12 +6,14 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.security.authenticator import AuthSettings
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RILL_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="RILL_", env_nested_delimiter="__", extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(4437, ge=0, le=65535)
@@ -19,6 +21,7 @@ class Settings(BaseSettings):
     node_id: int = Field(1, ge=1)
     peers: dict[int, str] = Field(default_factory=dict, description="node id -> base URL; empty: a single node")
     cluster_secret: str = Field("", description="shared by the nodes; signs their Raft messages")
+    cluster_secret_file: Path | None = Field(None, description="read the cluster secret from this file")
     forward_writes: bool = Field(False, description="followers proxy writes to the leader instead of a 307")
     join: bool = Field(False, description="a new node outside --peers, waiting to be added with `rill cluster add`")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
@@ -42,6 +45,19 @@ class Settings(BaseSettings):
     hot_backlog_budget: int = Field(2 << 30, ge=1, description="untiered bytes past which appends answer 503")
     cold_cache_bytes: int = Field(64 << 20, ge=1 << 20, description="segments kept in memory for cold reads")
     tiering_interval: float = Field(0.5, gt=0, description="seconds between tiering passes")
+    auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
+    cors_origins: list[str] = Field(
+        default_factory=list, description="origins whose pages may write (and read with tokens); * for any"
+    )
+    public_url: str | None = Field(None, description="this node's URL as clients see it, for Location headers")
+    tls_cert: Path | None = Field(None, description="PEM certificate chain: serve HTTPS")
+    tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
+    tls_ca: Path | None = Field(None, description="PEM CA bundle to verify peers' certificates (default: system)")
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _auth_mode(cls, value: Any) -> Any:
+        return {"mode": value} if isinstance(value, str) else value  # `auth = "on"` in TOML
 
 
 def parse_peers(text: str) -> dict[int, str]:
@@ -63,6 +79,12 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     values.update({k: v for k, v in overrides.items() if v is not None})
     # Explicit values win over the environment; pydantic-settings reads RILL_* for the rest.
     settings = Settings(**values)
+    if settings.cluster_secret_file is not None:
+        settings.cluster_secret = settings.cluster_secret_file.read_text().strip()
+        if not settings.cluster_secret:
+            raise ValueError(f"the cluster secret file {settings.cluster_secret_file} is empty")
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
     if settings.peers:
         if settings.join and settings.node_id in settings.peers:
             raise ValueError(f"a joining node {settings.node_id} must not be among the peers it joins")

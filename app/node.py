@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
-from app.domain.errors import LeaderOnly, ProtocolError
+from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
 from app.raft.messages import Membership
 from app.state_machine.commands import Append, CollectExpired, Command, CreateStream, Outcome, Touch, encode_envelope
 from app.state_machine.machine import StateMachine
@@ -46,6 +46,7 @@ class Limits:
     sse_ping_seconds: float = 15.0
     snapshot_max_bytes: int = 64 * 1024 * 1024
     bootstrap_max_bytes: int = 8 * 1024 * 1024
+    public_url: str | None = None  # this node's URL as clients see it: Location headers start with it
 
 
 def _adds_data(command: Command) -> bool:
@@ -167,7 +168,7 @@ class Engine:
                     raise
                 await self._fetch(miss.segment)
                 if self.machine.streams.get(meta.sid) is not meta:
-                    raise ProtocolError(404, "stream_not_found", "stream not found") from None
+                    raise missing_stream() from None
 
     async def evicted_record(self, meta: StreamMeta, pos: int) -> bytes | None:
         """The whole record at `pos` if it has been evicted to the object store; None otherwise."""
@@ -235,10 +236,10 @@ class Engine:
     def find(self, bucket: str, name: str) -> StreamMeta:
         """The live stream at (bucket, name), or a 404/410 ProtocolError."""
         if bucket not in self.machine.buckets:
-            raise ProtocolError(404, "bucket_not_found", f"bucket {bucket!r} does not exist")
+            raise missing_bucket(bucket)
         meta = self.machine.lookup(bucket, name)
         if meta is None:
-            raise ProtocolError(404, "stream_not_found", "stream not found")
+            raise missing_stream()
         if meta.ttl is not None and self.clustered and not self.node.is_leader:
             # The leader keeps the sliding-TTL clock its expiry sweep goes by: it serves these.
             raise LeaderOnly()
@@ -247,7 +248,7 @@ class Engine:
         if meta.expired(self.now_ms(), self.touched(meta.sid)):
             if meta.forks:
                 raise ProtocolError(410, "stream_gone", "stream expired; forks still reference its data")
-            raise ProtocolError(404, "stream_not_found", "stream not found")
+            raise missing_stream()
         return meta
 
     def renew(self, meta: StreamMeta) -> None:

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("raft",),
     ("state_machine",),
     ("tiering", "pipeline"),
-    ("node", "cluster"),
+    ("node", "cluster", "security"),
     ("protocol",),
     ("routes", "cluster.routes"),
     ("server", "config", "cli", "cluster.cli", "bench"),

@@ -32,3 +32,11 @@ def error_body(code: str, message: str) -> bytes:
 
 def bad_request(message: str, code: str = "bad_request") -> ProtocolError:
     return ProtocolError(400, code, message)
+
+
+def missing_bucket(bucket: str) -> ProtocolError:
+    return ProtocolError(404, "bucket_not_found", f"bucket {bucket!r} does not exist")
+
+
+def missing_stream() -> ProtocolError:
+    return ProtocolError(404, "stream_not_found", "stream not found")

@@ -7,7 +7,7 @@ import re
 import msgspec
 from starlette.types import Send
 
-from app.domain.errors import ProtocolError, bad_request
+from app.domain.errors import bad_request, missing_bucket
 from app.domain.offsets import format_offset
 from app.node import Engine
 from app.protocol.errors import answer, error_reply
@@ -41,7 +41,10 @@ async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
         await engine.read_barrier()  # listings reflect every committed create and delete
         return _describe(engine, call, bucket)
     if call.method == "DELETE":
-        raise_for(await engine.submit(DeleteBucket(bucket)))
+        outcome = await engine.submit(DeleteBucket(bucket))
+        if outcome.code is Code.BUCKET_NOT_FOUND:
+            raise missing_bucket(bucket)
+        raise_for(outcome)
         return Reply(204)
     if call.method == "OPTIONS":
         return Reply(204, {"allow": ALLOWED})
@@ -51,7 +54,7 @@ async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
 def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
     created = engine.machine.buckets.get(bucket)
     if created is None:
-        raise ProtocolError(404, "bucket_not_found", f"bucket {bucket!r} does not exist")
+        raise missing_bucket(bucket)
     params = call.query
     prefix = single_query(params, "prefix") or ""
     after = single_query(params, "after") or ""

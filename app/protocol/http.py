@@ -24,6 +24,10 @@ class Call:
     path: str
     headers: dict[str, str]
     _query: dict[str, list[str]] | None = field(default=None)
+    # Set by the access check: when the caller's credentials run out (ms), and whether the data
+    # is private (shared caches must not keep it).
+    expires_at: int | None = None
+    private: bool = False
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Receive) -> Call:
@@ -39,15 +43,17 @@ class Call:
             self._query = parse_qs(raw, keep_blank_values=True) if raw else {}
         return self._query
 
-    def url(self) -> str:
-        """The absolute URL of the request, without its query."""
+    def url(self, public_url: str | None = None) -> str:
+        """The absolute URL of the request, without its query: under `public_url` if set, else from Host."""
+        # The path as the client sent it (percent-encoded), so the header stays ASCII.
+        raw = self.scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else quote(self.path)
+        if public_url:
+            return public_url + path
         host = self.headers.get("host")
         if host is None:
             server = self.scope.get("server") or ("127.0.0.1", 80)
             host = f"{server[0]}:{server[1]}"
-        # The path as the client sent it (percent-encoded), so the header stays ASCII.
-        raw = self.scope.get("raw_path")
-        path = raw.decode("latin-1") if raw else quote(self.path)
         return f"{self.scope.get('scheme', 'http')}://{host}{path}"
 
 

@@ -10,7 +10,7 @@ from app.node import Engine
 from app.protocol.cursor import next_cursor
 from app.protocol.headers import single_query
 from app.protocol.http import Call, Reply
-from app.protocol.responses import CACHE_PUBLIC, NO_STORE, etag, metadata_headers, trimmed
+from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, etag, metadata_headers, trimmed
 from app.protocol.target import StreamTarget
 from app.state_machine.reader import Chunk
 from app.state_machine.records import StreamMeta
@@ -23,6 +23,8 @@ class ReadRequest:
     offset: str | None
     live: str | None
     cursor: str | None
+    expires_at: int | None = None  # live reads end when the caller's token does
+    private: bool = False
 
 
 def parse_read(call: Call) -> ReadRequest:
@@ -33,7 +35,14 @@ def parse_read(call: Call) -> ReadRequest:
         raise bad_request("live must be long-poll or sse", "invalid_live")
     if live is not None and offset is None:
         raise bad_request("live reads need an offset", "missing_offset")
-    return ReadRequest(offset, live, single_query(params, "cursor"))
+    return ReadRequest(offset, live, single_query(params, "cursor"), call.expires_at, call.private)
+
+
+def live_seconds(engine: Engine, read: ReadRequest, limit: float) -> float:
+    """How long a live read may wait: `limit`, or less when the caller's token expires sooner."""
+    if read.expires_at is None:
+        return limit
+    return max(0.0, min(limit, (read.expires_at - engine.now_ms()) / 1000))
 
 
 def start_position(meta: StreamMeta, offset: str | None) -> int:
@@ -93,7 +102,7 @@ async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadReques
     meta, pos, chunk = await _read(engine, target, read)
     if read.live == "long-poll" and not chunk.payloads and not meta.closed:
         # Registered before any await, so an append applied meanwhile still wakes us.
-        await engine.signals.wait(meta.sid, engine.limits.long_poll_seconds)
+        await engine.signals.wait(meta.sid, live_seconds(engine, read, engine.limits.long_poll_seconds))
         meta = engine.find(target.bucket, target.name)
         chunk = await engine.read(meta, pos)
     at_tail = chunk.next_pos >= meta.tail
@@ -117,7 +126,8 @@ async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadReques
     tag = etag(meta, pos, chunk.next_pos, at_tail and meta.closed)
     headers["etag"] = tag
     # Data below the tail never changes; a read reaching the open tail must revalidate.
-    headers["cache-control"] = CACHE_PUBLIC if not at_tail or meta.closed or read.live else "no-cache"
+    cacheable = CACHE_PRIVATE if read.private else CACHE_PUBLIC
+    headers["cache-control"] = cacheable if not at_tail or meta.closed or read.live else "no-cache"
     if call.headers.get("if-none-match") == tag:
         del headers["content-type"]
         return Reply(304, headers)

@@ -35,7 +35,12 @@ _ERRORS: dict[Code, tuple[int, str]] = {
     Code.SNAPSHOT_LATEST: (409, "the latest snapshot cannot be deleted"),
 }
 
+# Error codes a client sees where they differ from the outcome's name: a missing stream is
+# `stream_not_found` whichever method found it missing.
+_CODES = {Code.NOT_FOUND: "stream_not_found"}
+
 CACHE_PUBLIC = "public, max-age=60, stale-while-revalidate=300"
+CACHE_PRIVATE = "private, max-age=60, stale-while-revalidate=300"  # data behind a token
 NO_STORE = "no-store"
 
 
@@ -56,7 +61,8 @@ def raise_for(outcome: Outcome) -> None:
     elif outcome.code is Code.SEQ_GAP:
         headers["producer-expected-seq"] = str(outcome.expected_seq)
         headers["producer-received-seq"] = str(outcome.received_seq)
-    raise ProtocolError(status, outcome.code.value, outcome.message or default, headers)
+    code = _CODES.get(outcome.code, outcome.code.value)
+    raise ProtocolError(status, code, outcome.message or default, headers)
 
 
 def write_headers(outcome: Outcome) -> dict[str, str]:

@@ -22,7 +22,7 @@ from app.domain.offsets import format_offset
 from app.node import Engine
 from app.protocol.cursor import next_cursor
 from app.protocol.http import SECURITY_HEADERS
-from app.protocol.reads import ReadRequest, checked_position, render_body
+from app.protocol.reads import ReadRequest, checked_position, live_seconds, render_body
 from app.protocol.target import StreamTarget
 
 _LINES = re.compile(rb"\r\n|\r|\n")
@@ -63,7 +63,7 @@ async def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventS
     if binary:
         headers["stream-sse-data-encoding"] = "base64"
     return EventSourceResponse(
-        _events(engine, target, pos, read.cursor, binary),
+        _events(engine, target, pos, read, binary),
         headers=headers,
         media_type=None,  # type: ignore[arg-type]  # our content-type header, without a charset
         ping=engine.limits.sse_ping_seconds,
@@ -72,11 +72,19 @@ async def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventS
 
 
 async def _events(
-    engine: Engine, target: StreamTarget, pos: int, cursor: str | None, binary: bool
+    engine: Engine, target: StreamTarget, pos: int, read: ReadRequest, binary: bool
 ) -> AsyncIterator[bytes]:
-    deadline = time.monotonic() + engine.limits.sse_max_seconds
+    cursor = read.cursor
+    limit = engine.limits.sse_max_seconds
+    allowed = live_seconds(engine, read, limit)
+    expiring = allowed < limit  # the reader's token runs out before the usual end
+    deadline = time.monotonic() + allowed
     announced = False
     while True:
+        if time.monotonic() >= deadline:
+            if expiring:  # do not hold a reader past its credentials: a last control, then close
+                yield control_event(pos, next_cursor(engine.now_ms(), cursor), False, False)
+            return
         try:
             meta = engine.find(target.bucket, target.name)
             chunk = await engine.read(meta, pos)
@@ -101,7 +109,4 @@ async def _events(
             yield control_event(pos, cursor, True, False)
             announced = True
             continue  # the stream may have changed while we were suspended
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        await engine.signals.wait(meta.sid, remaining)
+        await engine.signals.wait(meta.sid, max(0.0, deadline - time.monotonic()))

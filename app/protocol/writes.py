@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.domain.errors import ProtocolError, bad_request
+from app.domain.errors import bad_request, missing_bucket
 from app.domain.media import DEFAULT_CONTENT_TYPE, JSON, media_type
 from app.domain.offsets import parse_position
 from app.node import Engine
@@ -25,7 +25,7 @@ from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
 
 def _require_bucket(engine: Engine, target: StreamTarget) -> None:
     if not engine.bucket_exists(target.bucket):
-        raise ProtocolError(404, "bucket_not_found", f"bucket {target.bucket!r} does not exist")
+        raise missing_bucket(target.bucket)
 
 
 def _touched(engine: Engine, target: StreamTarget) -> int:
@@ -95,7 +95,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     headers = write_headers(outcome)
     headers["content-type"] = meta.content_type if meta else content_type or DEFAULT_CONTENT_TYPE
     if outcome.code is Code.CREATED:
-        headers["location"] = call.url()
+        headers["location"] = call.url(engine.limits.public_url)
         return Reply(201, headers)
     return Reply(200, headers)
 

@@ -13,14 +13,18 @@ import logging
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
-from app.domain.errors import LeaderOnly, ProtocolError
+from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
 from app.protocol.buckets import serve_bucket
 from app.protocol.errors import error_reply, render_error
 from app.protocol.extensions import Extension, serve_extension
 from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
+from app.protocol.target import StreamTarget
 from app.routes import compat, ds, legacy
 from app.routes.forward import Forwarder, leader_redirect
+from app.security.authenticator import Authenticator
+from app.security.policy import action_for, authorize
+from app.state_machine.table import BUILTIN_BUCKETS
 
 log = logging.getLogger("rill.http")
 
@@ -33,8 +37,9 @@ _PREFIXES = (ds.PREFIX, compat.family.prefix, legacy.family.prefix)
 
 
 class StreamRoutes:
-    def __init__(self, fallback: Starlette) -> None:
+    def __init__(self, fallback: Starlette, auth: Authenticator) -> None:
         self.fallback = fallback
+        self.auth = auth
         self.forwarder = Forwarder()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -55,35 +60,58 @@ class StreamRoutes:
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         call = Call.from_scope(scope, receive)
         engine = self.fallback.state.engine
-        path = call.path
+        head_only = call.method == "HEAD"
+        try:
+            target = _target(call.path)
+            if self.auth.enabled:
+                await self._authorize(call, target)
+        except ProtocolError as exc:
+            await send_reply(send, render_error(exc), head_only=head_only)
+            return
         if engine.clustered and call.method in _WRITES and not engine.node.is_leader:
             # Writes go to the leader; reads are served here (tail answers after a ReadIndex barrier).
             leader = engine.leader_url()
-            if leader is not None and engine.forward_writes and call.method in _WRITES:
+            if leader is not None and engine.forward_writes:
                 reply = await self.forwarder.forward(call, leader, engine.limits.max_body_bytes)
             else:
                 reply = leader_redirect(leader, scope)
-            await send_reply(send, reply, head_only=call.method == "HEAD")
+            await send_reply(send, reply, head_only=head_only)
             return
         try:
-            if path.startswith(ds.PREFIX):
-                target = ds.target(path)
-                if isinstance(target, str):
-                    await serve_bucket(engine, call, target, send)
-                    return
-                if isinstance(target, Extension):
-                    try:
-                        await serve_extension(engine, call, target, send)
-                    except LeaderOnly:
-                        await send_reply(send, leader_redirect(engine.leader_url(), scope))
-                    return
+            if isinstance(target, str):
+                await serve_bucket(engine, call, target, send)
+            elif isinstance(target, Extension):
+                await serve_extension(engine, call, target, send)
             else:
-                family = next(f for f in _BUILTIN if path.startswith(f.prefix))
-                target = family.target(path)
-        except ProtocolError as exc:
-            await send_reply(send, render_error(exc), head_only=call.method == "HEAD")
-            return
-        try:
-            await serve_stream(engine, call, target, send)
+                await serve_stream(engine, call, target, send)
         except LeaderOnly:
-            await send_reply(send, leader_redirect(engine.leader_url(), scope), head_only=call.method == "HEAD")
+            await send_reply(send, leader_redirect(engine.leader_url(), scope), head_only=head_only)
+
+    async def _authorize(self, call: Call, target: StreamTarget | Extension | str) -> None:
+        """The one access check of every stream, bucket and sub-resource request."""
+        principal = await self.auth.principal(call.headers)
+        if isinstance(target, str):
+            bucket, kind = target, "bucket"
+        elif isinstance(target, Extension):
+            bucket, kind = target.target.bucket, target.kind
+        else:
+            bucket, kind = target.bucket, None
+        public = bucket in self.auth.public_read
+        authorize(principal, action_for(kind, call.method), bucket, public, _missing(bucket))
+        call.expires_at = principal.expires_at if principal is not None else None
+        call.private = not public
+
+
+def _target(path: str) -> StreamTarget | Extension | str:
+    """What a stream path names: a stream, a /ds sub-resource, or (a /ds bucket) the bucket's id."""
+    if path.startswith(ds.PREFIX):
+        return ds.target(path)
+    family = next(f for f in _BUILTIN if path.startswith(f.prefix))
+    return family.target(path)
+
+
+def _missing(bucket: str) -> ProtocolError:
+    """What a request into a bucket the caller may not see answers: the same as a missing one."""
+    if bucket in BUILTIN_BUCKETS:
+        return missing_stream()
+    return missing_bucket(bucket)

@@ -246,7 +246,7 @@ async def test_fork_from_another_family_is_a_missing_stream(
     await create(client, f"/streams/{u}", b"legacy")
     with node.state_unchanged():
         resp = await client.put(f"/ds/{bucket}/fork", headers={"stream-forked-from": f"/streams/{u}"})
-        error_code(resp, 404, "not_found")
+        error_code(resp, 404, "stream_not_found")
     assert (await client.head(f"/ds/{bucket}/fork")).status_code == 404
 
 
