@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import os
 import signal
@@ -22,16 +23,20 @@ from app.cluster import routes as cluster_routes
 from app.cluster.checkpoints import PATH as CHECKPOINT_PATH
 from app.cluster.checkpoints import Checkpoints
 from app.cluster.driver import RaftNode
+from app.cluster.http1 import client_context
 from app.cluster.transport import PATH as TRANSPORT_PATH
-from app.cluster.transport import Transport
+from app.cluster.transport import Transport, Verifier
 from app.config import Settings
-from app.node import Engine, Limits, Signals
+from app.domain.errors import ProtocolError
+from app.node import Engine, Limits, Signals, wall_clock_ms
 from app.protocol.errors import error_reply
 from app.protocol.http import to_response, with_security_headers
 from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft.messages import Membership
 from app.routes import StreamRoutes
+from app.security.authenticator import Authenticator
+from app.security.scopes import ANY_BUCKET, Action
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import COLUMN_FAMILIES
 from app.storage.kv import KV
@@ -64,10 +69,40 @@ EXPOSED_HEADERS = [
     "Stream-Earliest-Offset",
     "Stream-Snapshot-Offset",
     "Stream-Snapshot-Digest",
+    "WWW-Authenticate",
 ]
+# Request headers a cross-origin page may send. Any origin may read (public buckets, EventSource);
+# only the origins in `cors_origins` may write or send a token.
+READ_REQUEST_HEADERS = ["If-None-Match", "Last-Event-ID"]
+WRITE_REQUEST_HEADERS = [
+    "Authorization",
+    "Stream-TTL",
+    "Stream-Expires-At",
+    "Stream-Seq",
+    "Stream-Closed",
+    "Stream-Attrs",
+    "Stream-Retention",
+    "Stream-Forked-From",
+    "Stream-Fork-Offset",
+    "Stream-Fork-Sub-Offset",
+    "Stream-Snapshot-Match",
+    "Producer-Id",
+    "Producer-Epoch",
+    "Producer-Seq",
+]
+_READ_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 async def healthz(request: Request) -> Response:
+    """With auth on, only an admin token sees more than `{"status": "ok"}` (a probe needs no token)."""
+    auth = request.app.state.auth
+    if auth.enabled:
+        try:
+            principal = await auth.principal(request.headers)
+        except ProtocolError:
+            principal = None
+        if principal is None or not principal.may(Action.ADMIN, ANY_BUCKET):
+            return JSONResponse({"status": "ok"})
     engine = request.app.state.engine
     status = engine.node.status()
     return JSONResponse(
@@ -109,8 +144,25 @@ async def server_error(request: Request, exc: Exception) -> Response:
     return _error(500, "internal_error", "internal server error")
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | None = None) -> ASGIApp:
     """`open_kv(path, column_families)` opens the Raft log's and the state machine's stores; RocksDB by default."""
+
+    auth = Authenticator(settings.auth, wall_clock_ms)
+    # Peers and a forwarded write's leader at https:// URLs are verified against --tls-ca (default: system CAs).
+    peer_tls = client_context(settings.tls_ca) if settings.tls_ca is not None else None
+    if not auth.enabled and not _loopback(settings.host):
+        log.warning(
+            "AUTH IS OFF on %s: anyone who can reach this address can create, change and delete every "
+            "bucket and stream. Set auth = \"on\" with tokens (see README: Running it securely).",
+            settings.host,
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -124,7 +176,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         secret = settings.cluster_secret.encode()
         clustered = bool(settings.peers) or len(membership.voters) + len(membership.learners) > 1
         members = {**membership.learners, **membership.voters}
-        transport = Transport(settings.node_id, members, secret) if clustered else None
+        transport = Transport(settings.node_id, members, secret, peer_tls) if clustered else None
         checkpoints = Checkpoints(state_store, machine, transport)
         node = RaftNode(
             settings.node_id,
@@ -139,7 +191,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             compact_keep=settings.raft_compact_keep,
         )
         checkpoints.node = node
-        app.state.cluster_secret = secret
+        app.state.verifier = Verifier(secret, settings.node_id)
         app.state.checkpoints = checkpoints
         limits = Limits(
             max_body_bytes=settings.max_body_bytes,
@@ -149,6 +201,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             long_poll_seconds=settings.long_poll_timeout,
             sse_max_seconds=settings.sse_max_seconds,
             sse_ping_seconds=settings.sse_ping_seconds,
+            public_url=settings.public_url.rstrip("/") if settings.public_url else None,
         )
         store = open_store(
             settings.cold_store or str((data_dir / "cold").resolve()),
@@ -225,21 +278,46 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},
     )
-    streams = StreamRoutes(starlette)
-    cors = CORSMiddleware(
+    starlette.state.auth = auth
+    streams = StreamRoutes(starlette, auth)
+    streams.forwarder.tls = peer_tls
+    # Listed origins (or `*` listed) get every method, a token and the protocol's headers; any other
+    # origin only reads. Preflights for a write from elsewhere, and the writes' responses, are not
+    # approved: no Access-Control-Allow-Origin.
+    trusted = CORSMiddleware(
         streams,
-        allow_origins=["*"],
+        allow_origins=settings.cors_origins,
         allow_methods=["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"],
-        allow_headers=["*"],
+        allow_headers=READ_REQUEST_HEADERS + WRITE_REQUEST_HEADERS,
         expose_headers=EXPOSED_HEADERS,
         max_age=86400,
     )
+    reads = CORSMiddleware(
+        streams,
+        allow_origins=["*"],
+        allow_methods=_READ_METHODS,
+        allow_headers=READ_REQUEST_HEADERS,
+        expose_headers=EXPOSED_HEADERS,
+        max_age=86400,
+    )
+    refused = CORSMiddleware(streams, allow_origins=(), allow_methods=_READ_METHODS, allow_headers=READ_REQUEST_HEADERS)
+
+    def cors_for(scope: Scope, origin: str) -> CORSMiddleware:
+        if trusted.is_allowed_origin(origin):
+            return trusted
+        method = scope["method"]
+        if method == "OPTIONS":  # a preflight asks for the method it would send
+            asked = (v for n, v in scope["headers"] if n == b"access-control-request-method")
+            method = next(asked, b"OPTIONS").decode("latin-1")
+        return reads if method in _READ_METHODS else refused
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        # Only browser requests carry Origin; the rest skip the CORS wrapper's per-message work.
-        if scope["type"] == "http" and any(name == b"origin" for name, _ in scope["headers"]):
-            await cors(scope, receive, with_security_headers(send))
-        else:
-            await streams(scope, receive, send)
+        # Only browser requests carry Origin; the rest skip the CORS wrappers' per-message work.
+        if scope["type"] == "http":
+            origin = next((value for name, value in scope["headers"] if name == b"origin"), None)
+            if origin is not None:
+                await cors_for(scope, origin.decode("latin-1"))(scope, receive, with_security_headers(send))
+                return
+        await streams(scope, receive, send)
 
     return app

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from app.security.tokens import toml_entry
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -76,14 +78,29 @@ class RillProcess:
 
 
 class RillCluster:
-    """N `rill serve` processes forming one Raft group on 127.0.0.1."""
+    """N `rill serve` processes forming one Raft group on 127.0.0.1.
+
+    The nodes read the cluster secret from a file and a config (`--config`, before `extra`) that
+    admits ADMIN_TOKEN (admin:*) and READ_TOKEN (read:*); auth stays off unless `extra` turns it on.
+    """
 
     SECRET = "test-cluster-secret"
+    ADMIN_TOKEN = "rill_test-admin-token"
+    READ_TOKEN = "rill_test-read-token"
 
     def __init__(self, root: Path, size: int = 3, *extra: str, env: dict[str, str] | None = None) -> None:
         ports = [free_port() for _ in range(size)]
         self.peers = ",".join(f"{i + 1}=http://127.0.0.1:{port}" for i, port in enumerate(ports))
         self.env = env
+        root.mkdir(parents=True, exist_ok=True)
+        self.secret_file = root / "cluster-secret"
+        self.secret_file.write_text(self.SECRET + "\n")
+        self.secret_file.chmod(0o600)
+        self.config = root / "cluster.toml"
+        self.config.write_text(
+            toml_entry(self.ADMIN_TOKEN, ["admin:*"], "test-admin")
+            + toml_entry(self.READ_TOKEN, ["read:*"], "test-read")
+        )
         self.nodes = {
             i + 1: RillProcess(
                 root / f"node-{i + 1}",
@@ -92,8 +109,10 @@ class RillCluster:
                 str(i + 1),
                 "--peers",
                 self.peers,
-                "--cluster-secret",
-                self.SECRET,
+                "--cluster-secret-file",
+                str(self.secret_file),
+                "--config",
+                str(self.config),
                 *extra,
                 env=env,
             )
@@ -106,9 +125,14 @@ class RillCluster:
         self.wait_for_leader()
         return self
 
+    @property
+    def admin(self) -> dict[str, str]:
+        """Headers carrying the admin token."""
+        return {"authorization": f"Bearer {self.ADMIN_TOKEN}"}
+
     def health(self, node_id: int) -> dict[str, object] | None:
         try:
-            return httpx.get(self.nodes[node_id].url + "/healthz", timeout=1).json()
+            return httpx.get(self.nodes[node_id].url + "/healthz", headers=self.admin, timeout=1).json()
         except httpx.HTTPError:
             return None
 

@@ -1,5 +1,9 @@
 """`rill cluster up` (a local cluster until Ctrl-C), `status` (every node's Raft view), and
-`add` / `remove` (one-node membership changes through the admin routes of any node)."""
+`add` / `remove` (one-node membership changes through the admin routes of any node).
+
+Membership changes need a token with `admin:*` (`--token`, default `$RILL_TOKEN`); the cluster
+secret only signs traffic between nodes. `up` makes such a token for the cluster it starts.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import argparse
 import os
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -16,6 +21,8 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.table import Table
+
+from app.security.tokens import new_token, toml_entry
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,42 +34,62 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--data-dir", type=Path, default=Path("./data"), help="node N keeps its data in DIR/node-N")
     up.add_argument("--forward-writes", action="store_true", help="followers proxy writes to the leader")
     up.add_argument("--cold-store", help="the nodes' shared object store (default: the directory DIR/cold)")
+    up.add_argument("--auth", choices=("on", "off"), default="off", help="on: data routes need tokens too")
+    up.add_argument("--tls-cert", type=Path, help="serve HTTPS (the certificate must name 127.0.0.1)")
+    up.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    up.add_argument("--tls-ca", type=Path, help="CA bundle the nodes (and this command) verify each other with")
     status = commands.add_parser("status", help="term, leader, commit and applied index of every node")
     status.add_argument("--url", action="append", required=True, help="any node (its peers are found from it)")
+    _credentials(status)
     add = commands.add_parser("add", help="add a node (started with `rill serve --join`): learner, then voter")
     add.add_argument("--url", required=True, help="any node of the cluster")
     add.add_argument("--node-id", type=int, required=True)
     add.add_argument("--node-url", required=True, help="the new node's advertised base URL")
-    add.add_argument("--cluster-secret", help="default: $RILL_CLUSTER_SECRET")
+    _credentials(add)
     remove = commands.add_parser("remove", help="remove a node from the cluster")
     remove.add_argument("--url", required=True, help="any node of the cluster")
     remove.add_argument("--node-id", type=int, required=True)
-    remove.add_argument("--cluster-secret", help="default: $RILL_CLUSTER_SECRET")
+    _credentials(remove)
+
+
+def _credentials(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--token", help="a bearer token with admin:* (default: $RILL_TOKEN)")
+    parser.add_argument("--tls-ca", type=Path, help="CA bundle for https:// nodes (default: system CAs)")
 
 
 def main(args: argparse.Namespace) -> None:
     if args.cluster_command == "up":
         up(args)
-    elif args.cluster_command == "status":
-        print_status(args.url)
+        return
+    token = args.token or os.environ.get("RILL_TOKEN", "")
+    client = _client_options(token, args.tls_ca)
+    if args.cluster_command == "status":
+        print_status(args.url, client=client)
     else:
-        change(args)
+        if not token:
+            raise SystemExit("membership changes need --token (or RILL_TOKEN) with the admin:* scope")
+        change(args, client)
 
 
-def change(args: argparse.Namespace) -> None:
+def _client_options(token: str, ca: Path | None) -> dict[str, Any]:
+    """httpx keyword arguments: the bearer token (if any) and the CA to verify https:// nodes with."""
+    options: dict[str, Any] = {"headers": {"authorization": f"Bearer {token}"} if token else {}}
+    if ca is not None:
+        options["verify"] = ssl.create_default_context(cafile=str(ca))
+    return options
+
+
+def change(args: argparse.Namespace, client: dict[str, Any]) -> None:
     """Sends a membership change to any node (followers redirect to the leader) and shows the result."""
-    secret = args.cluster_secret or os.environ.get("RILL_CLUSTER_SECRET", "")
-    if not secret:
-        raise SystemExit("membership changes need --cluster-secret (or RILL_CLUSTER_SECRET)")
     base = args.url.rstrip("/")
     if args.cluster_command == "add":
         method, url, body = "POST", base + "/_rill/members", {"id": args.node_id, "url": args.node_url}
     else:
         method, url, body = "DELETE", f"{base}/_rill/members/{args.node_id}", None
     # Redirects are followed here, not by httpx: it drops Authorization when the leader is another origin.
-    with httpx.Client(timeout=300, headers={"authorization": f"Bearer {secret}"}) as client:
+    with httpx.Client(timeout=300, **client) as http:
         for _ in range(60):
-            response = client.request(method, url, json=body)
+            response = http.request(method, url, json=body)
             if response.status_code == 307:
                 url = response.headers["location"]
             elif response.status_code == 503:
@@ -71,30 +98,53 @@ def change(args: argparse.Namespace) -> None:
                 break
     if response.status_code != 200:
         raise SystemExit(f"{response.status_code}: {response.text}")
-    print_status([base])
+    print_status([base], client=client)
+
+
+def _private_file(path: Path, text: str) -> None:
+    """Writes `text` to a file only its owner may read (created so: never briefly world-readable)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(text)
 
 
 def up(args: argparse.Namespace) -> None:
-    urls = {n: f"http://127.0.0.1:{args.base_port + n - 1}" for n in range(1, args.nodes + 1)}
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise SystemExit("--tls-cert and --tls-key go together")
+    scheme = "https" if args.tls_cert else "http"
+    urls = {n: f"{scheme}://127.0.0.1:{args.base_port + n - 1}" for n in range(1, args.nodes + 1)}
     peers = ",".join(f"{n}={url}" for n, url in urls.items())
-    secret = secrets.token_hex(16)
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    # The secret and the admin token's digest go to files, not argv, so they stay out of `ps`.
+    secret_file = args.data_dir / "cluster-secret"
+    _private_file(secret_file, secrets.token_hex(32) + "\n")
+    token = new_token()
+    config = args.data_dir / "cluster.toml"
+    _private_file(config, f'[auth]\nmode = "{args.auth}"\n\n' + toml_entry(token, ["admin:*"], "cluster-admin"))
     processes = []
     for n, url in urls.items():
-        cmd = [sys.executable, "-m", "app.cli", "serve", "--port", url.rsplit(":", 1)[1]]
+        cmd = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", url.rsplit(":", 1)[1]]
         cmd += ["--data-dir", str(args.data_dir / f"node-{n}"), "--node-id", str(n), "--peers", peers]
-        cmd += ["--cluster-secret", secret] + (["--forward-writes"] if args.forward_writes else [])
+        cmd += ["--cluster-secret-file", str(secret_file)] + (["--forward-writes"] if args.forward_writes else [])
         # Every node must reach the segments the leader tiers, so they share one store.
         cmd += ["--cold-store", args.cold_store or (args.data_dir / "cold").resolve().as_uri()]
+        if args.tls_cert:
+            cmd += ["--tls-cert", str(args.tls_cert), "--tls-key", str(args.tls_key)]
+        if args.tls_ca:
+            cmd += ["--tls-ca", str(args.tls_ca)]
         processes.append(subprocess.Popen(cmd))
+    client = _client_options(token, args.tls_ca)
     # Blocked once the nodes are started (they must not inherit a mask blocking their own SIGTERM);
     # a stop signal from now on waits for sigwait below instead of killing this process alone.
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     console = Console()
     try:
-        _wait_for_leader(list(urls.values()))
-        print_status(list(urls.values()), console)
-        console.print(f"cluster secret (give it to nodes you add): {secret}")
+        _wait_for_leader(list(urls.values()), client=client)
+        print_status(list(urls.values()), console, client=client)
+        console.print(f"admin token (membership changes, and every bucket when auth is on): {token}", soft_wrap=True)
+        console.print(f"cluster secret for nodes you add: --cluster-secret-file {secret_file}", soft_wrap=True)
         console.print("Ctrl-C stops the cluster.")
         signal.sigwait(stop)
     except KeyboardInterrupt:
@@ -106,32 +156,35 @@ def up(args: argparse.Namespace) -> None:
             process.wait(15)
 
 
-def _wait_for_leader(urls: list[str], timeout: float = 30) -> None:
+def _wait_for_leader(urls: list[str], timeout: float = 30, client: dict[str, Any] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(h and h.get("role") == "leader" for h in map(_health, urls)):
+        if any(h and h.get("role") == "leader" for h in (_health(url, client) for url in urls)):
             return
         time.sleep(0.1)
     raise SystemExit("no leader was elected in time")
 
 
-def _health(url: str) -> dict[str, Any] | None:
+def _health(url: str, client: dict[str, Any] | None = None) -> dict[str, Any] | None:
     try:
-        return dict(httpx.get(url.rstrip("/") + "/healthz", timeout=2).json())
+        return dict(httpx.get(url.rstrip("/") + "/healthz", timeout=2, **(client or {})).json())
     except (httpx.HTTPError, ValueError):
         return None
 
 
-def print_status(urls: list[str], console: Console | None = None) -> None:
+def print_status(urls: list[str], console: Console | None = None, client: dict[str, Any] | None = None) -> None:
     console = console or Console()
     known = {url.rstrip("/") for url in urls}
-    for found in filter(None, map(_health, list(known))):
+    for found in filter(None, (_health(url, client) for url in list(known))):
         known.update(found.get("peers", {}).values())
     table = Table("node", "url", "role", "term", "leader", "commit", "applied", "last index")
     for url in sorted(known):
-        health = _health(url)
+        health = _health(url, client)
         if health is None:
             table.add_row("?", url, "[red]unreachable", "", "", "", "", "")
+            continue
+        if "role" not in health:
+            table.add_row("?", url, "[yellow]up (its details need an admin token)", "", "", "", "", "")
             continue
         fields = ("node", "role", "term", "leader", "commit", "applied", "last_index")
         node, role, *rest = (str(health.get(k, "")) for k in fields)

@@ -6,13 +6,17 @@ over persistent connections and parses only the status line and
 Content-Length of each response, so one core can drive tens of thousands of
 requests a second; it does not handle chunked responses (appends never get
 one). `EventStream` reads one Server-Sent Events response (chunked or not)
-and hands over whole events.
+and hands over whole events. `https://` URLs get TLS, verified against the
+system's CAs or the context given (`client_context(cafile)`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -76,15 +80,31 @@ class Connection(asyncio.Protocol):
             self._transport.close()
 
 
-async def _open(url: str, protocol: type[P]) -> P:
+def client_context(cafile: Path | str | None = None) -> ssl.SSLContext:
+    """A TLS client context that verifies servers against `cafile`, or the system's CAs without one."""
+    return ssl.create_default_context(cafile=str(cafile) if cafile is not None else None)
+
+
+@functools.cache
+def _system_context() -> ssl.SSLContext:
+    return client_context()
+
+
+async def _open(url: str, protocol: type[P], tls: ssl.SSLContext | None = None) -> P:
     parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
     loop = asyncio.get_running_loop()
-    _, opened = await loop.create_connection(protocol, parts.hostname or "127.0.0.1", parts.port or 80)
+    if parts.scheme == "https":
+        context = tls or _system_context()
+        _, opened = await loop.create_connection(protocol, host, parts.port or 443, ssl=context, server_hostname=host)
+    else:
+        _, opened = await loop.create_connection(protocol, host, parts.port or 80)
     return opened
 
 
-async def connect(url: str) -> Connection:
-    return await _open(url, Connection)
+async def connect(url: str, tls: ssl.SSLContext | None = None) -> Connection:
+    """A keep-alive connection to `url`'s host: TLS (with `tls`, default: the system's CAs) for https://."""
+    return await _open(url, Connection, tls)
 
 
 def _next_chunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
@@ -208,9 +228,9 @@ class EventStream(asyncio.Protocol):
             self.transport.close()
 
 
-async def open_event_stream(url: str) -> EventStream:
+async def open_event_stream(url: str, tls: ssl.SSLContext | None = None) -> EventStream:
     """Sends GET `url` (with its query) and returns the stream of events."""
-    stream = await _open(url, EventStream)
+    stream = await _open(url, EventStream, tls)
     assert stream.transport is not None
     stream.transport.write(encode_request("GET", url, {"Accept": "text/event-stream"}))
     return stream

@@ -1,14 +1,17 @@
 """Routes between nodes and for operators: Raft messages, snapshot chunks, and membership.
 
-Raft traffic and snapshot chunks must carry an HMAC of the cluster secret over the body, so a
-client cannot speak Raft to a node. Membership changes need the secret as a bearer token;
-listing the members does not. A change sent to a follower is redirected to the leader.
+Raft traffic and snapshot chunks must carry a signature made with the cluster secret
+(app/cluster/transport.py), so a client cannot speak Raft to a node. The signature header is
+checked before any of the body is read, and the body is read only up to a cap, so an unsigned or
+oversized request costs the node no memory. Membership changes need a token with `admin:*`,
+whatever the auth mode (never the cluster secret); listing the members needs one when auth is on.
+A change sent to a follower is redirected to the leader.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import hashlib
 
 import msgspec
 from pydantic import BaseModel, Field, ValidationError
@@ -17,13 +20,15 @@ from starlette.responses import JSONResponse, Response
 
 from app.cluster.checkpoints import decode_chunk
 from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
-from app.cluster.transport import AUTH_HEADER, verify
+from app.cluster.transport import AUTH_HEADER, Signature, Verifier, message_cap
 from app.cluster.transport import decode as decode_messages
+from app.domain.errors import ProtocolError
 from app.node import Engine
-from app.protocol.errors import error_reply
+from app.protocol.errors import error_reply, render_error
 from app.protocol.http import to_response
 from app.raft.messages import Membership
 from app.routes.forward import leader_redirect
+from app.security.policy import require_admin
 
 CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up before promotion
 
@@ -37,36 +42,81 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     return to_response(error_reply(status, code, message, headers))
 
 
-def _signed(request: Request, body: bytes) -> bool:
-    secret = request.app.state.cluster_secret
-    return bool(secret) and verify(secret, body, request.headers.get(AUTH_HEADER))
+def _refused(exc: ProtocolError) -> Response:
+    """A refusal sent before the body was read whole: the connection closes rather than drain it."""
+    return to_response(
+        render_error(ProtocolError(exc.status, exc.code, exc.message, {**exc.headers, "connection": "close"}))
+    )
+
+
+def _body_cap(request: Request) -> int:
+    limits = request.app.state.engine.limits
+    return message_cap(max(limits.max_body_bytes, limits.snapshot_max_bytes))
+
+
+async def _signed_body(request: Request) -> tuple[Signature, bytes]:
+    """The request's signature and body: the header first, then the body up to the cap, then its digest."""
+    verifier: Verifier = request.app.state.verifier
+    sig = verifier.check(request.headers.get(AUTH_HEADER), request.scope["path"])
+    cap = _body_cap(request)
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > cap):
+        raise ProtocolError(413, "payload_too_large", f"internal messages are at most {cap} bytes")
+    body = bytearray()
+    hasher = hashlib.sha256()
+    async for chunk in request.stream():
+        if len(body) + len(chunk) > cap:
+            raise ProtocolError(413, "payload_too_large", f"internal messages are at most {cap} bytes")
+        body += chunk
+        hasher.update(chunk)
+    if not verifier.body_matches(sig, hasher.hexdigest()):
+        raise ProtocolError(403, "forbidden", "the body is not the one that was signed")
+    return sig, bytes(body)
 
 
 async def raft_messages(request: Request) -> Response:
-    body = await request.body()
-    if not _signed(request, body):
-        return _error(403, "forbidden", "not a signed message from this cluster")
+    try:
+        sig, body = await _signed_body(request)
+    except ProtocolError as exc:
+        return _refused(exc)
     try:
         messages = decode_messages(body)
     except msgspec.DecodeError:
         return _error(400, "bad_request", "undecodable Raft messages")
     node: RaftNode = request.app.state.engine.node
+    if any(msg.src != sig.src or msg.dst != node.id for msg in messages):
+        return _error(400, "bad_request", "a message's sender or recipient is not the signature's")
     for msg in messages:
         node.receive(msg)
     return Response(status_code=204)
 
 
 async def checkpoint_chunk(request: Request) -> Response:
-    body = await request.body()
-    if not _signed(request, body):
-        return _error(403, "forbidden", "not a signed message from this cluster")
+    try:
+        sig, body = await _signed_body(request)
+    except ProtocolError as exc:
+        return _refused(exc)
     try:
         chunk = decode_chunk(body)
     except msgspec.DecodeError:
         return _error(400, "bad_request", "undecodable checkpoint chunk")
+    if chunk.src != sig.src or chunk.dst != request.app.state.engine.node.id:
+        return _error(400, "bad_request", "the chunk's sender or recipient is not the signature's")
     if await request.app.state.checkpoints.receive(chunk):
         return Response(status_code=204)
     return _error(409, "snapshot_refused", "this transfer is stale or out of order")
+
+
+async def _admin(request: Request, required: bool = True) -> Response | None:
+    """None if the request may go on; else the 401 or 403. Membership needs admin:* whatever the mode."""
+    auth = request.app.state.auth
+    if not required and not auth.enabled:
+        return None
+    try:
+        require_admin(await auth.principal(request.headers))
+    except ProtocolError as exc:
+        return to_response(render_error(exc))
+    return None
 
 
 def _describe(engine: Engine) -> dict[str, object]:
@@ -83,13 +133,7 @@ def _describe(engine: Engine) -> dict[str, object]:
 
 
 async def list_members(request: Request) -> Response:
-    return JSONResponse(_describe(request.app.state.engine))
-
-
-def _authorized(request: Request) -> bool:
-    secret: bytes = request.app.state.cluster_secret
-    given = request.headers.get("authorization", "")
-    return bool(secret) and hmac.compare_digest(given.encode(), b"Bearer " + secret)
+    return await _admin(request, required=False) or JSONResponse(_describe(request.app.state.engine))
 
 
 def _not_leader(request: Request) -> Response:
@@ -108,8 +152,8 @@ async def _change(node: RaftNode, new: Membership) -> Response | None:
 
 async def add_member(request: Request) -> Response:
     """Adds a node as a learner, waits for it to catch up, then makes it a voter."""
-    if not _authorized(request):
-        return _error(401, "unauthorized", "membership changes need 'Authorization: Bearer <cluster secret>'")
+    if (refused := await _admin(request)) is not None:
+        return refused
     try:
         member = NewMember.model_validate_json(await request.body())
     except ValidationError:
@@ -156,8 +200,8 @@ async def _caught_up(node: RaftNode, peer: int) -> bool:
 
 
 async def remove_member(request: Request) -> Response:
-    if not _authorized(request):
-        return _error(401, "unauthorized", "membership changes need 'Authorization: Bearer <cluster secret>'")
+    if (refused := await _admin(request)) is not None:
+        return refused
     raw = request.path_params["node_id"]
     if not raw.isdigit():
         return _error(400, "bad_request", "the node id must be a positive integer")

@@ -1,11 +1,19 @@
-"""Raft messages between nodes: msgpack batches over HTTP, signed with the cluster secret.
+"""Raft messages between nodes: msgpack batches over HTTP, each request signed with the cluster secret.
 
-Each peer has one sender task that drains its queue into a single request (on the raw
+Each peer has one sender task that drains its queue into requests of about `BATCH_BYTES` (on the raw
 keep-alive client of app/cluster/http1.py; httpx costs too much CPU per message),
 so messages produced together travel together over one keep-alive
 connection. Raft tolerates loss, so a full queue drops its oldest messages
 (they are resent on later heartbeats) instead of holding memory, and a peer
 that is down just costs failed requests.
+
+A request's `x-rill-signature` header carries the time it was signed, the sending and the receiving
+node, a nonce, the SHA-256 of the body, and an HMAC-SHA256 (cluster secret) over all of them and the
+path. The receiver (`Verifier`) checks the header before it reads any body: a request addressed to
+another node, signed more than `WINDOW_SECONDS` away from its clock, not signed with the secret, or
+seen before (every MAC accepted within the window is remembered) is refused. Only then is the body
+read, up to a cap, and compared with the signed digest. A captured message therefore cannot be
+replayed, sent to another node, or reused on another route or with another body.
 """
 
 from __future__ import annotations
@@ -15,31 +23,136 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import re
+import secrets
+import ssl
+import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import NamedTuple
 
 import msgspec
 
 from app.cluster.http1 import Connection, connect, encode_request
+from app.domain.errors import ProtocolError
 from app.raft.messages import Message
 
 log = logging.getLogger("rill.transport")
 
 PATH = "/_rill/raft"
 AUTH_HEADER = "x-rill-signature"
-FROM_HEADER = "x-rill-from"
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
+BATCH_BYTES = 4 * 1024 * 1024  # a request packs messages up to about this much; a bigger message goes alone
+WINDOW_SECONDS = 5.0  # a signature is accepted this long before and after the receiver's clock
+MAX_REMEMBERED = 500_000  # MACs held for replay detection (8 bytes each plus a set slot: tens of MB at most)
+BODY_SLACK = 8 * 1024 * 1024  # what a request may carry beyond its largest entry or record
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[Message])
+_SIGNATURE = re.compile(
+    r"v1 ts=(?P<ts>\d{1,16}) src=(?P<src>\d{1,19}) dst=(?P<dst>\d{1,19}) nonce=(?P<nonce>[0-9a-f]{16})"
+    r" sha256=(?P<digest>[0-9a-f]{64}) mac=(?P<mac>[0-9a-f]{64})"
+)
 
 
-def sign(secret: bytes, body: bytes) -> str:
-    return hmac.new(secret, body, hashlib.sha256).hexdigest()
+class Signature(NamedTuple):
+    ts: int  # ms since the epoch, the sender's clock
+    src: int
+    dst: int
+    nonce: str
+    digest: str  # hex SHA-256 of the body
+    mac: str
 
 
-def verify(secret: bytes, body: bytes, signature: str | None) -> bool:
-    return signature is not None and hmac.compare_digest(sign(secret, body), signature)
+def _mac(secret: bytes, ts: int, src: int, dst: int, nonce: str, path: str, digest: str) -> str:
+    signed = f"rill-signature-v1\n{ts}\n{src}\n{dst}\n{nonce}\n{path}\n{digest}".encode()
+    return hmac.new(secret, signed, hashlib.sha256).hexdigest()
+
+
+def sign(secret: bytes, src: int, dst: int, path: str, body: bytes, now_ms: int | None = None) -> str:
+    """The signature header for `body` posted to `path` on node `dst`."""
+    ts = int(time.time() * 1000) if now_ms is None else now_ms
+    nonce = secrets.token_hex(8)
+    digest = hashlib.sha256(body).hexdigest()
+    mac = _mac(secret, ts, src, dst, nonce, path, digest)
+    return f"v1 ts={ts} src={src} dst={dst} nonce={nonce} sha256={digest} mac={mac}"
+
+
+def parse(header: str | None) -> Signature | None:
+    match = _SIGNATURE.fullmatch(header.strip()) if header else None
+    if match is None:
+        return None
+    g = match.groupdict()
+    return Signature(int(g["ts"]), int(g["src"]), int(g["dst"]), g["nonce"], g["digest"], g["mac"])
+
+
+def message_cap(largest_entry: int) -> int:
+    """The largest body a signed request may carry: a batch, or one message holding the largest entry."""
+    return max(BATCH_BYTES, largest_entry) + BODY_SLACK
+
+
+def _forbidden(message: str) -> ProtocolError:
+    return ProtocolError(403, "forbidden", message)
+
+
+class Verifier:
+    """Checks signature headers on the receiving node; remembers accepted MACs to refuse replays."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        node_id: int,
+        window: float = WINDOW_SECONDS,
+        clock: Callable[[], float] = time.time,
+        capacity: int = MAX_REMEMBERED,
+    ) -> None:
+        self.secret = secret
+        self.node_id = node_id
+        self.window_ms = max(1, int(window * 1000))
+        self.clock = clock
+        self.capacity = capacity
+        # MACs (their first 8 bytes) by the window-sized slice of time their timestamp falls in:
+        # a whole slice is forgotten once every timestamp in it is outside the window.
+        self._seen: dict[int, set[int]] = {}
+        self._count = 0
+        self._warned = 0
+
+    def check(self, header: str | None, path: str) -> Signature:
+        """The request's signature, if it may be read; raises a 403 (or 409 for a replay) otherwise."""
+        sig = parse(header)
+        if sig is None:
+            raise _forbidden(f"not a signed message from this cluster (no valid {AUTH_HEADER} header)")
+        if not self.secret:
+            raise _forbidden("this node has no cluster secret")
+        if sig.dst != self.node_id:
+            raise _forbidden(f"the message is addressed to node {sig.dst}, not to this node ({self.node_id})")
+        now = int(self.clock() * 1000)
+        expected = _mac(self.secret, sig.ts, sig.src, sig.dst, sig.nonce, path, sig.digest)
+        if not hmac.compare_digest(expected, sig.mac):
+            raise _forbidden("not a signed message from this cluster")
+        if abs(now - sig.ts) > self.window_ms:
+            if now - self._warned > 10_000:  # a peer's clock is off (or a replay): say so, but not per message
+                self._warned = now
+                log.warning("refused a message node %s signed %+d ms from this node's clock", sig.src, sig.ts - now)
+            raise _forbidden(f"the signature is {abs(now - sig.ts)} ms away from this node's clock")
+        self._remember(sig, now)
+        return sig
+
+    def _remember(self, sig: Signature, now: int) -> None:
+        for old in [s for s in self._seen if (s + 1) * self.window_ms + self.window_ms < now]:
+            self._count -= len(self._seen.pop(old))
+        key = int(sig.mac[:16], 16)
+        seen = self._seen.setdefault(sig.ts // self.window_ms, set())
+        if key in seen:
+            raise ProtocolError(409, "replayed", "this signed message was already received")
+        if self._count >= self.capacity:
+            raise ProtocolError(503, "retry", "too many messages within the signature window", {"retry-after": "1"})
+        seen.add(key)
+        self._count += 1
+
+    @staticmethod
+    def body_matches(sig: Signature, digest: str) -> bool:
+        return hmac.compare_digest(sig.digest, digest)
 
 
 def decode(body: bytes) -> list[Message]:
@@ -47,9 +160,10 @@ def decode(body: bytes) -> list[Message]:
 
 
 class Transport:
-    def __init__(self, node_id: int, peers: dict[int, str], secret: bytes) -> None:
+    def __init__(self, node_id: int, peers: dict[int, str], secret: bytes, tls: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.secret = secret
+        self.tls = tls  # for https:// peers
         self.peers: dict[int, str] = {}
         self._queues: dict[int, deque[Message]] = {}
         self._bytes: dict[int, int] = {}
@@ -87,16 +201,22 @@ class Transport:
         while True:
             await self._ready[peer].wait()
             self._ready[peer].clear()
-            batch = list(queue)
-            queue.clear()
-            self._bytes[peer] = 0
+            batch: list[Message] = []
+            size = 0
+            while queue and (not batch or size + _size(queue[0]) <= BATCH_BYTES):
+                msg = queue.popleft()
+                batch.append(msg)
+                size += _size(msg)
+            self._bytes[peer] -= size
+            if queue:
+                self._ready[peer].set()  # the rest goes in the next request
             if not batch:
                 continue
             body = _encoder.encode(batch)
-            headers = {AUTH_HEADER: sign(self.secret, body), FROM_HEADER: str(self.node_id)}
+            headers = {AUTH_HEADER: sign(self.secret, self.node_id, peer, PATH, body)}
             try:
                 if conn is None:
-                    conn = await asyncio.wait_for(connect(url), 2.0)
+                    conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
                 await asyncio.wait_for(conn.request(encode_request("POST", url, headers, body)), 2.0)
             except Exception as exc:  # noqa: BLE001 - whatever went wrong, this sender must live on
                 log.debug("raft messages to node %s lost: %r", peer, exc)
@@ -112,9 +232,9 @@ class Transport:
         url = base + path
         conn: Connection | None = None
         try:
-            conn = await asyncio.wait_for(connect(url), 2.0)
+            conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
             async for body in bodies:
-                headers = {AUTH_HEADER: sign(self.secret, body), FROM_HEADER: str(self.node_id)}
+                headers = {AUTH_HEADER: sign(self.secret, self.node_id, peer, path, body)}
                 status, _ = await asyncio.wait_for(conn.request(encode_request("POST", url, headers, body)), timeout)
                 if status != 204:
                     return False

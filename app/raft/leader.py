@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.raft.messages import AppendEntries, AppendResponse, Message, ReadIndex, ReadIndexResponse, TimeoutNow
+from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, ReadIndex, ReadIndexResponse, TimeoutNow
 from app.raft.ready import Role
 
 if TYPE_CHECKING:
     from app.raft.core import RaftCore
 
 MAX_ENTRIES_PER_MESSAGE = 256
+MAX_BYTES_PER_MESSAGE = 4 << 20  # entries' data per AppendEntries; one bigger entry goes alone
 
 
 def step_leader(core: RaftCore, msg: Message) -> None:
@@ -85,11 +86,21 @@ def send_append(core: RaftCore, peer: int) -> None:
         core.outbox.append(probe)
         return
     nxt = progress.next
-    entries = log.slice(nxt, min(log.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE))
+    entries = _within_budget(log.slice(nxt, min(log.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE)))
     prev_term = log.term_at(nxt - 1) or 0
     core.outbox.append(AppendEntries(core.term, core.id, peer, nxt - 1, prev_term, entries, core.commit, rnd))
     # Optimistic: pipeline the next batch without waiting for this one's answer.
     progress.next = nxt + len(entries)
+
+
+def _within_budget(entries: list[Entry]) -> list[Entry]:
+    """The longest prefix within MAX_BYTES_PER_MESSAGE, and at least one entry: peers cap a request's size."""
+    size = 0
+    for i, entry in enumerate(entries):
+        size += len(entry.data)
+        if size > MAX_BYTES_PER_MESSAGE and i > 0:
+            return entries[:i]
+    return entries
 
 
 def maybe_commit(core: RaftCore) -> None:

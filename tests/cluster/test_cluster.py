@@ -108,8 +108,9 @@ def test_leader_failover_loses_no_acknowledged_write(cluster: RillCluster) -> No
 def test_internal_route_refuses_unsigned_messages(cluster: RillCluster) -> None:
     url = cluster.nodes[1].url + PATH
     assert httpx.post(url, content=b"\x90").status_code == 403
-    assert httpx.post(url, content=b"\x90", headers={AUTH_HEADER: sign(b"wrong", b"\x90")}).status_code == 403
-    signed = {AUTH_HEADER: sign(RillCluster.SECRET.encode(), b"\x90")}
+    forged = {AUTH_HEADER: sign(b"wrong", 2, 1, PATH, b"\x90")}
+    assert httpx.post(url, content=b"\x90", headers=forged).status_code == 403
+    signed = {AUTH_HEADER: sign(RillCluster.SECRET.encode(), 2, 1, PATH, b"\x90")}
     assert httpx.post(url, content=b"\x90", headers=signed).status_code == 204  # an empty, valid batch
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import re
+import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -33,6 +37,32 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _admin_token(up: subprocess.Popen[bytes], timeout: float = 30) -> str:
+    """The admin token `cluster up` prints once the cluster has a leader."""
+    assert up.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([up.stdout], [], [], 0.5)
+        if ready:
+            seen += os.read(up.stdout.fileno(), 65536)
+            found = re.search(rb"admin token[^:]*:\s*(rill_\S+)", seen)
+            if found:
+                return found.group(1).decode()
+    raise AssertionError(f"no admin token printed: {seen!r}")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat_line = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat_line.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
 def test_cluster_up_serves_and_stops_all_nodes_on_sigterm(tmp_path: Path) -> None:
     base = _free_run(3)
     cmd = [sys.executable, "-m", "app.cli", "cluster", "up", "--nodes", "3", "--base-port", str(base)]
@@ -52,6 +82,20 @@ def test_cluster_up_serves_and_stops_all_nodes_on_sigterm(tmp_path: Path) -> Non
         with httpx.Client(follow_redirects=True, timeout=5) as client:
             url = f"http://127.0.0.1:{base + 1}/v1/stream/up"
             assert client.put(url, headers={"content-type": "text/plain"}).status_code == 201
+        # Membership takes the admin token it printed, not the cluster secret, which is in a private
+        # file and not on any node's command line.
+        token = _admin_token(up)
+        members = f"http://127.0.0.1:{base}/_rill/members/9"
+        assert httpx.delete(members, timeout=5).status_code == 401
+        assert httpx.delete(members, headers={"authorization": f"Bearer {token}"}, timeout=5).status_code in (404, 307)
+        secret_file = tmp_path / "cluster-secret"
+        assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+        secret = secret_file.read_text().strip()
+        nodes = _children(up.pid)
+        assert len(nodes) == 3
+        for pid in nodes:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert secret.encode() not in argv and b"--cluster-secret-file" in argv
         up.send_signal(signal.SIGTERM)
         assert up.wait(30) == 0
         assert not any(_listening(port) for port in range(base, base + 3))

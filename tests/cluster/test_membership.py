@@ -26,7 +26,7 @@ def cluster(tmp_path: Path) -> Iterator[RillCluster]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "app.cli", "cluster", *args, "--cluster-secret", RillCluster.SECRET]
+    cmd = [sys.executable, "-m", "app.cli", "cluster", *args, "--token", RillCluster.ADMIN_TOKEN]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -59,7 +59,7 @@ def test_a_new_node_catches_up_from_a_snapshot_and_serves_identical_reads(cluste
         joiner = RillProcess(
             tmp_path / "node-4",
             port,
-            *("--node-id", "4", "--peers", cluster.peers, "--cluster-secret", RillCluster.SECRET, "--join"),
+            *("--node-id", "4", "--peers", cluster.peers, "--cluster-secret-file", str(cluster.secret_file), "--join"),
             env=COMPACTING,
         ).start()
         cluster.nodes[4] = joiner
@@ -110,10 +110,14 @@ def test_removing_the_leader_hands_over_and_the_rest_carry_on(cluster: RillClust
         members = client.get(cluster.nodes[remaining[0]].url + "/_rill/members").json()
         assert sorted(members["voters"]) == [str(i) for i in remaining]
 
-        # Without the secret, no change; an unknown node is 404.
+        # Without an admin token, no change (the cluster secret is no token); an unknown node is 404.
         target = cluster.nodes[new_leader].url + "/_rill/members"
         assert client.post(target, json={"id": 9, "url": "http://127.0.0.1:9"}).status_code == 401
-        auth = {"authorization": f"Bearer {RillCluster.SECRET}"}
+        secret = {"authorization": f"Bearer {RillCluster.SECRET}"}
+        assert client.post(target, json={"id": 9, "url": "http://127.0.0.1:9"}, headers=secret).status_code == 401
+        reader = {"authorization": f"Bearer {RillCluster.READ_TOKEN}"}
+        assert client.delete(target + "/9", headers=reader).status_code == 403
+        auth = cluster.admin
         assert client.delete(target + "/9", headers=auth).status_code == 404
         assert client.post(target, json={"id": "x"}, headers=auth).status_code == 400
         for name in STREAMS:
