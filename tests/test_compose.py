@@ -29,6 +29,7 @@ from packaging.specifiers import SpecifierSet
 
 from app import cli
 from app.config import Settings
+from app.security.tokens import digest
 from app.tiering.store import S3Store, StoreOptions, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +39,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 NODES = {"rill-1": 1, "rill-2": 2, "rill-3": 3}
 PEERS = "1=http://rill-1:4437,2=http://rill-2:4437,3=http://rill-3:4437"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+ADMIN_TOKEN = "rill_compose-test-admin-token"
 
 
 def compose_binary() -> Path:
@@ -51,8 +53,15 @@ def compose_binary() -> Path:
 
 def run_compose(*args: str, cwd: Path, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Runs Compose with only PATH and HOME from outside, so no RILL_CLUSTER_SECRET, MINIO_*,
-    COMPOSE_PROFILES or COMPOSE_FILE of the caller's changes what it renders."""
-    clean = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "DOCKER_CONFIG": str(home), **env}
+    COMPOSE_PROFILES or COMPOSE_FILE of the caller's changes what it renders; and the admin token's
+    digest, which compose.yaml requires."""
+    clean = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "DOCKER_CONFIG": str(home),
+        "RILL_ADMIN_TOKEN_SHA256": digest(ADMIN_TOKEN),
+        **env,
+    }
     return subprocess.run(
         [str(compose_binary()), *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=60
     )
@@ -165,6 +174,12 @@ def test_cluster_secret_comes_from_the_environment(home: Path) -> None:
     assert {services[name]["environment"]["RILL_CLUSTER_SECRET"] for name in NODES} == {"from-the-env"}
 
 
+def test_nodes_need_the_admin_token_digest(home: Path) -> None:
+    result = run_compose("-f", "compose.yaml", "config", "--quiet", cwd=ROOT, home=home, RILL_ADMIN_TOKEN_SHA256="")
+    assert result.returncode != 0
+    assert "RILL_ADMIN_TOKEN_SHA256" in result.stderr, result.stderr
+
+
 def test_minio_and_the_bucket_job(config: dict[str, Any]) -> None:
     minio = config["services"]["minio"]
     assert minio["image"].startswith("minio/minio")
@@ -200,9 +215,7 @@ def test_nodes_keep_their_cold_tier_in_the_bucket_minio_init_creates(config: dic
         assert env["AWS_SECRET_ACCESS_KEY"] == minio["environment"]["MINIO_ROOT_PASSWORD"]
         # pydantic-settings drops an unknown RILL_* variable without a word: a misspelt one would leave
         # the node tiering to local files under /data.
-        unknown = {
-            k for k in env if k.startswith("RILL_") and k.removeprefix("RILL_").lower() not in Settings.model_fields
-        }
+        unknown = {k for k in env if k.startswith("RILL_") and not settings_field(k)}
         assert not unknown, f"{name}: not Settings fields: {sorted(unknown)}"
         # The store the node opens is in the bucket minio-init makes, at the MinIO service's S3 port.
         store = open_store(env["RILL_COLD_STORE"], StoreOptions(endpoint_url=env["RILL_S3_ENDPOINT_URL"]))
@@ -212,6 +225,17 @@ def test_nodes_keep_their_cold_tier_in_the_bucket_minio_init_creates(config: dic
         assert any(p["target"] == endpoint.port for p in minio["ports"])
         # Not just started: done, or the first segments are sealed before the bucket exists.
         assert node["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+
+
+def settings_field(variable: str) -> bool:
+    """Whether RILL_A__B names a field of Settings (B of the model in field A, for nested ones)."""
+    model: Any = Settings
+    for part in variable.removeprefix("RILL_").lower().split("__"):
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return False
+        model = fields[part].annotation
+    return True
 
 
 def test_nodes_and_spark_follow_minio_credentials_from_the_environment(home: Path) -> None:
@@ -438,3 +462,6 @@ def test_nodes_start_with_the_image_entrypoint_and_their_compose_settings(
         assert settings.node_id == node_id and settings.cluster_secret == "change-me"
         assert settings.peers == {n: f"http://rill-{n}:4437" for n in NODES.values()}
         assert (settings.cold_store, settings.s3_endpoint_url) == ("s3://rill/cold", "http://minio:9000")
+        # auth = "on", admitting the admin token whose digest was given (and nothing else).
+        assert settings.auth.mode == "on"
+        assert [(t.sha256, t.scopes) for t in settings.auth.tokens] == [(digest(ADMIN_TOKEN), ["admin:*"])]

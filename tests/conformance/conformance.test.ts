@@ -1,9 +1,22 @@
 // Runs the Durable Streams conformance suite against a running Rill server.
-// RILL_CONFORMANCE_URL is the base URL (one route family); RILL_LONG_POLL_MS the server's long-poll timeout.
+// RILL_CONFORMANCE_URL is the base URL (one route family); RILL_LONG_POLL_MS the server's long-poll timeout;
+// RILL_CONFORMANCE_TOKEN, if set, a bearer token every request carries (for a server with auth on).
 import { runConformanceTests } from "@durable-streams/server-conformance-tests"
 
 const baseUrl = process.env.RILL_CONFORMANCE_URL
 if (!baseUrl) throw new Error("set RILL_CONFORMANCE_URL")
+
+// The suite takes no headers, but it and the client it bundles call the global fetch at request
+// time: wrapping it gives every request (SSE and long-polls included) the token.
+const token = process.env.RILL_CONFORMANCE_TOKEN
+if (token) {
+  const plainFetch = globalThis.fetch
+  globalThis.fetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    const headers = new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined))
+    if (!headers.has("authorization")) headers.set("authorization", `Bearer ${token}`)
+    return plainFetch(input, { ...init, headers })
+  }
+}
 
 runConformanceTests({
   baseUrl,

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.security.tokens import new_token, toml_entry
 from tests.server import RillCluster, RillProcess
 
 HERE = Path(__file__).parent
@@ -28,10 +29,44 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RillProcess]:
     rill.stop()
 
 
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RillProcess, str]]:
+    """A node with auth on; the suite's token may write everywhere, the admin's creates its bucket."""
+    root = tmp_path_factory.mktemp("conformance-auth")
+    writer, admin = new_token(), new_token()
+    config = root / "rill.toml"
+    config.write_text(
+        '[auth]\nmode = "on"\n\n'
+        + toml_entry(writer, ["write:*"], name="conformance")
+        + "\n"
+        + toml_entry(admin, ["admin:*"], name="admin")
+    )
+    rill = RillProcess(root / "data", None, "--config", str(config), "--long-poll-timeout", str(LONG_POLL_SECONDS))
+    rill.start()
+    as_admin = {"authorization": f"Bearer {admin}"}
+    assert httpx.put(rill.url + "/ds/conformance").status_code == 401
+    assert httpx.put(rill.url + "/ds/conformance", headers={"authorization": f"Bearer {writer}"}).status_code == 403
+    assert httpx.put(rill.url + "/ds/conformance", headers=as_admin).status_code in (200, 201)
+    yield rill, writer
+    rill.stop()
+
+
+def _base(server: RillProcess, family: str) -> str:
+    return {"compat": server.url, "ds": server.url + "/ds/conformance", "legacy": server.url + "/streams"}[family]
+
+
 @pytest.mark.parametrize("family", ["compat", "ds", "legacy"])
 def test_conformance_suite(server: RillProcess, family: str) -> None:
-    base = {"compat": server.url, "ds": server.url + "/ds/conformance", "legacy": server.url + "/streams"}[family]
-    _run_suite(base)
+    _run_suite(_base(server, family))
+
+
+@pytest.mark.parametrize("family", ["compat", "ds", "legacy"])
+def test_conformance_suite_with_auth_on(secured: tuple[RillProcess, str], family: str) -> None:
+    """Auth on: every request of the suite carries a write:* token (conformance.test.ts wraps fetch)."""
+    server, token = secured
+    base = _base(server, family)
+    assert httpx.put(f"{base}/v1/stream/no-token-{family}", headers={"content-type": "text/plain"}).status_code == 401
+    _run_suite(base, token)
 
 
 def test_conformance_suite_through_a_follower(tmp_path: Path) -> None:
@@ -48,8 +83,10 @@ def test_conformance_suite_through_a_follower(tmp_path: Path) -> None:
         cluster.stop()
 
 
-def _run_suite(base: str) -> None:
+def _run_suite(base: str, token: str | None = None) -> None:
     env = {**os.environ, "RILL_CONFORMANCE_URL": base, "RILL_LONG_POLL_MS": str(LONG_POLL_SECONDS * 1000)}
+    if token is not None:
+        env["RILL_CONFORMANCE_TOKEN"] = token
     result = subprocess.run(
         [str(HERE / "node_modules" / ".bin" / "vitest"), "run", "--reporter=dot"],
         cwd=HERE,
@@ -62,5 +99,6 @@ def _run_suite(base: str) -> None:
     summary = re.search(r"Tests\s+(.*)", output)
     assert result.returncode == 0, output[-6000:]
     assert summary is not None and "failed" not in summary.group(1), output[-6000:]
+    print(f"{base}: {summary.group(1).strip()}")  # shown with -s
     passed = re.search(r"(\d+) passed", summary.group(1))
     assert passed is not None and int(passed.group(1)) >= 332, summary.group(1)

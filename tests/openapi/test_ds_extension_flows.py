@@ -232,8 +232,10 @@ def test_ds_extension_flows_conform(seeded: str) -> None:
         (RETENTION, {**missing, "offset": ZERO}, {"PUT"}),
     ):
         assert allowed(api("OPTIONS", template, params, 204)) == methods | {"OPTIONS"}
-    preflight = {"Origin": "https://example.com", "Access-Control-Request-Method": "PUT"}
+    # Any origin may read; only the origins in cors_origins (none here) may write.
+    preflight = {"Origin": "https://example.com", "Access-Control-Request-Method": "GET"}
     api("OPTIONS", SNAPSHOT, {**s, "offset": ZERO}, 200, headers=preflight)
+    api("OPTIONS", SNAPSHOT, {**s, "offset": ZERO}, 400, headers={**preflight, "Access-Control-Request-Method": "PUT"})
     api("OPTIONS", ATTRS, {**bucket, "stream": "a/attrs"}, 400)  # ids may not end in a sub-route
 
     # Unknown streams and buckets: 404 everywhere (and nothing is created); invalid ids: 400.

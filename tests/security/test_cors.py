@@ -1,0 +1,146 @@
+"""CORS: the origins in `cors_origins` may write and send tokens; any other origin may only read."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from app.config import Settings
+from app.server import create_app
+from app.storage.kv import MemoryKV
+
+pytestmark = pytest.mark.anyio
+
+LISTED = "https://app.example"
+OTHER = "https://evil.example"
+WRITES = ("PUT", "POST", "DELETE")
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _client(root: Path, **settings: object) -> AsyncIterator[httpx.AsyncClient]:
+    config = Settings(data_dir=root / "data", cold_store=str(root / "cold"), tiering_interval=3600, **settings)
+    threshold = gc.get_threshold()
+    async with LifespanManager(create_app(config, open_kv=lambda _p, cfs: MemoryKV(cfs))) as manager:
+        gc.set_threshold(*threshold)
+        transport = httpx.ASGITransport(manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rill.test") as client:
+            yield client
+    gc.unfreeze()
+
+
+@pytest.fixture(scope="module")
+async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+    """A node whose `cors_origins` lists one origin."""
+    async for c in _client(tmp_path_factory.mktemp("cors"), cors_origins=[LISTED], sse_max_seconds=0.2):
+        yield c
+
+
+@pytest.fixture(scope="module")
+async def any_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+    async for c in _client(tmp_path_factory.mktemp("cors-any"), cors_origins=["*"]):
+        yield c
+
+
+@pytest.fixture(scope="module")
+async def default(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+    async for c in _client(tmp_path_factory.mktemp("cors-default")):
+        yield c
+
+
+def preflight(origin: str, method: str, headers: str | None = None) -> dict[str, str]:
+    asked = {"origin": origin, "access-control-request-method": method}
+    return asked | ({"access-control-request-headers": headers} if headers else {})
+
+
+def methods(response: httpx.Response) -> set[str]:
+    return {m.strip() for m in response.headers.get("access-control-allow-methods", "").split(",") if m.strip()}
+
+
+def allowed_headers(response: httpx.Response) -> set[str]:
+    return {h.strip().lower() for h in response.headers.get("access-control-allow-headers", "").split(",")}
+
+
+@pytest.mark.parametrize("method", WRITES)
+async def test_the_default_approves_no_write_preflight(default: httpx.AsyncClient, method: str) -> None:
+    response = await default.options("/v1/stream/x", headers=preflight(OTHER, method, "content-type"))
+    assert response.status_code == 400
+    assert "access-control-allow-origin" not in response.headers
+    assert not methods(response) & set(WRITES)
+    assert response.headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize("method", WRITES)
+async def test_an_unlisted_origin_may_not_write(client: httpx.AsyncClient, method: str) -> None:
+    response = await client.options("/ds/b/s", headers=preflight(OTHER, method, "authorization"))
+    assert response.status_code == 400
+    assert "access-control-allow-origin" not in response.headers
+    assert not methods(response) & set(WRITES)
+
+
+async def test_an_unlisted_origin_cannot_read_a_write_response(client: httpx.AsyncClient) -> None:
+    """A write's response (here a simple cross-origin POST, which needs no preflight) is not shared."""
+    created = await client.put("/v1/stream/cors-write", headers={"content-type": "text/plain"})
+    assert created.status_code == 201
+    for method in WRITES:
+        response = await client.request(
+            method, "/v1/stream/cors-write", headers={"origin": OTHER, "content-type": "text/plain"}, content=b"x"
+        )
+        assert "access-control-allow-origin" not in response.headers, method
+        assert "origin" in response.headers.get("vary", "").lower()
+
+
+async def test_any_origin_may_read(client: httpx.AsyncClient) -> None:
+    await client.put("/v1/stream/cors-read", headers={"content-type": "text/plain"}, content=b"hello")
+    check = await client.options("/v1/stream/cors-read", headers=preflight(OTHER, "GET", "if-none-match"))
+    assert check.status_code == 200
+    assert check.headers["access-control-allow-origin"] == "*"
+    assert "if-none-match" in allowed_headers(check)
+    assert "authorization" not in allowed_headers(check)  # tokens only from listed origins
+    assert not methods(check) & set(WRITES)
+    for method in ("GET", "HEAD"):
+        response = await client.request(method, "/v1/stream/cors-read", headers={"origin": OTHER})
+        assert response.status_code == 200
+        assert response.headers["access-control-allow-origin"] == "*"
+        exposed = {h.strip().lower() for h in response.headers["access-control-expose-headers"].split(",")}
+        assert {"stream-next-offset", "etag", "www-authenticate"} <= exposed
+    live = await client.get("/v1/stream/cors-read?offset=-1&live=sse", headers={"origin": OTHER})
+    assert live.headers["access-control-allow-origin"] == "*"
+
+
+async def test_a_listed_origin_may_write_with_a_token(client: httpx.AsyncClient) -> None:
+    asked = "authorization, content-type, stream-seq, producer-id, producer-epoch, producer-seq, stream-ttl"
+    for method in WRITES:
+        response = await client.options("/ds/b/s", headers=preflight(LISTED, method, asked))
+        assert response.status_code == 200, response.text
+        assert response.headers["access-control-allow-origin"] == LISTED
+        assert method in methods(response)
+        assert set(asked.split(", ")) <= allowed_headers(response)
+        assert response.headers["x-content-type-options"] == "nosniff"
+    created = await client.put("/v1/stream/cors-listed", headers={"origin": LISTED, "content-type": "text/plain"})
+    assert created.status_code == 201
+    assert created.headers["access-control-allow-origin"] == LISTED
+    assert "origin" in created.headers["vary"].lower()
+    assert "location" in created.headers["access-control-expose-headers"].lower()
+
+
+async def test_a_listed_star_lets_every_origin_write(any_origin: httpx.AsyncClient) -> None:
+    response = await any_origin.options("/ds/b/s", headers=preflight(OTHER, "DELETE", "authorization"))
+    assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == "*"
+    assert "DELETE" in methods(response)
+    assert "authorization" in allowed_headers(response)  # `*` would not cover it: it is listed
+
+
+async def test_requests_without_origin_get_no_cors_headers(client: httpx.AsyncClient) -> None:
+    response = await client.put("/v1/stream/cors-none", headers={"content-type": "text/plain"})
+    assert response.status_code == 201
+    assert not any(name.startswith("access-control-") for name in response.headers)
