@@ -9,6 +9,7 @@ per connection, with idle connections kept for reuse.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 
 from starlette.types import Scope
@@ -27,8 +28,9 @@ TIMEOUT_SECONDS = 30.0
 
 
 class Forwarder:
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self._idle: dict[str, list[tuple[float, Connection]]] = {}
+        self.tls = tls  # for an https:// leader (default: the system's CAs)
 
     async def forward(self, call: Call, leader: str, max_body: int) -> Reply:
         body = await read_body(call, max_body)
@@ -37,7 +39,7 @@ class Forwarder:
         conn = self._take(leader)
         try:
             if conn is None:
-                conn = await asyncio.wait_for(connect(leader), 2.0)
+                conn = await asyncio.wait_for(connect(leader, self.tls), 2.0)
             status, content = await asyncio.wait_for(conn.request(raw), TIMEOUT_SECONDS)
         except Exception:  # noqa: BLE001 - whatever failed, the client gets a retryable answer
             if conn is not None:
