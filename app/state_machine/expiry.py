@@ -24,9 +24,9 @@ def live(table: StreamTable, bucket: str, name: str, now: int, touched: int = 0)
     return meta
 
 
-def existing(table: StreamTable, bucket: str, name: str, now: int) -> r.StreamMeta | Outcome:
+def existing(table: StreamTable, bucket: str, name: str, now: int, touched: int = 0) -> r.StreamMeta | Outcome:
     """The live, not deleted stream at this name, else the outcome that says why not."""
-    meta = live(table, bucket, name, now)
+    meta = live(table, bucket, name, now, touched)
     if meta is None:
         return Outcome(Code.NOT_FOUND)
     if meta.deleted:

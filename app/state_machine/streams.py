@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.domain.media import media_type
 from app.state_machine import records as r
 from app.state_machine.commands import Append, AppendBatch, Code, CreateStream, DeleteStream, Outcome
-from app.state_machine.expiry import live
+from app.state_machine.expiry import existing, live
 from app.state_machine.forks import ForkPoint, fork_point
 from app.state_machine.outcomes import stream_outcome
 from app.state_machine.producers import refusal, remember
@@ -16,7 +16,7 @@ from app.state_machine.table import StreamTable
 def create_stream(table: StreamTable, cmd: CreateStream, now: int) -> Outcome:
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
-    existing = live(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    current = live(table, cmd.bucket, cmd.stream, now, cmd.touched)
     fork = None
     if cmd.fork_stream is not None:
         found = fork_point(table, cmd, now)
@@ -24,12 +24,12 @@ def create_stream(table: StreamTable, cmd: CreateStream, now: int) -> Outcome:
             return found
         fork = found
     meta = _wanted(table, cmd, fork, now)
-    if existing is not None:
-        if existing.deleted:
+    if current is not None:
+        if current.deleted:
             return Outcome(Code.CONFIG_MISMATCH, "stream is deleted but still referenced by forks")
-        if not _same_config(existing, meta):
+        if not _same_config(current, meta):
             return Outcome(Code.CONFIG_MISMATCH, "stream exists with a different configuration")
-        return stream_outcome(Code.EXISTS, existing)
+        return stream_outcome(Code.EXISTS, current)
     meta.sid = table.new_sid()
     table.insert(meta)
     if fork is not None:
@@ -102,11 +102,9 @@ def _same_config(existing: r.StreamMeta, wanted: r.StreamMeta) -> bool:
 def append(table: StreamTable, cmd: Append, now: int) -> Outcome:
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
-    meta = live(table, cmd.bucket, cmd.stream, now, cmd.touched)
-    if meta is None:
-        return Outcome(Code.NOT_FOUND)
-    if meta.deleted:
-        return Outcome(Code.GONE)
+    meta = existing(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    if isinstance(meta, Outcome):
+        return meta
     if cmd.producer is not None:
         refused = refusal(table, meta, cmd.producer)
         if refused is not None:
@@ -150,11 +148,9 @@ def append_batch(table: StreamTable, cmd: AppendBatch, now: int) -> Outcome:
 def delete_stream(table: StreamTable, cmd: DeleteStream, now: int) -> Outcome:
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
-    meta = live(table, cmd.bucket, cmd.stream, now, cmd.touched)
-    if meta is None:
-        return Outcome(Code.NOT_FOUND)
-    if meta.deleted:
-        return Outcome(Code.GONE)
+    meta = existing(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    if isinstance(meta, Outcome):
+        return meta
     remove(table, meta)
     return Outcome(Code.DELETED, sid=meta.sid)
 

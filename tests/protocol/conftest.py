@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from app.config import Settings
-from app.server import create_app
-from app.storage.kv import MemoryKV
 from tests.http.helpers import uid
-from tests.protocol.helpers import LIMIT, Node
+from tests.inprocess import Node, running_node
+from tests.protocol.helpers import LIMIT
 
 
 @pytest.fixture(scope="session")
@@ -24,27 +19,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def node(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Node]:
-    root = tmp_path_factory.mktemp("inproc")
-    stores: dict[str, tuple[MemoryKV, list[str]]] = {}
-
-    def open_kv(path: Path, column_families: list[str]) -> MemoryKV:
-        kv = MemoryKV(column_families)
-        stores[path.name] = (kv, column_families)
-        return kv
-
-    settings = Settings(
-        data_dir=root / "data",
-        cold_store=str(root / "cold"),
-        max_body_bytes=LIMIT,
-        long_poll_timeout=0.2,
-        tiering_interval=3600,  # no tiering pass while a test compares the stores before and after
-    )
-    threshold = gc.get_threshold()
-    async with LifespanManager(create_app(settings, open_kv=open_kv)) as manager:
-        # Startup tunes and freezes the collector for a server process; not for the test process.
-        gc.set_threshold(*threshold)
-        yield Node(manager.app, stores)
-    gc.unfreeze()
+    async with running_node(tmp_path_factory.mktemp("inproc"), max_body_bytes=LIMIT, long_poll_timeout=0.2) as n:
+        yield n
 
 
 @pytest.fixture()

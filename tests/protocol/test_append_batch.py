@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from app.protocol.append_batch import MAX_FRAMES, split_frames
-from tests.protocol.helpers import BINARY, JSON_CT, LIMIT, TEXT, Node, create, error_code, off, raises, read_all
+from tests.inprocess import Node
+from tests.protocol.helpers import BINARY, JSON_CT, LIMIT, TEXT, create, error_code, off, raises, read_all
 
 pytestmark = pytest.mark.anyio
 

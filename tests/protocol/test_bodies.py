@@ -11,7 +11,8 @@ from starlette.types import Message
 
 from app.protocol.bodies import json_record, read_body
 from app.protocol.http import Call
-from tests.protocol.helpers import JSON_CT, LIMIT, TEXT, Node, create, error_code, off, raises, read_all
+from tests.inprocess import Node
+from tests.protocol.helpers import JSON_CT, LIMIT, TEXT, create, error_code, off, raises, read_all
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,8 @@ from app.protocol.headers import (
     single_query,
 )
 from app.state_machine.commands import Producer
-from tests.protocol.helpers import TEXT, Node, create, error_code, off, raises, read_all
+from tests.inprocess import Node
+from tests.protocol.helpers import TEXT, create, error_code, off, raises, read_all
 
 pytestmark = pytest.mark.anyio
 

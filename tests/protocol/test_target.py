@@ -7,7 +7,8 @@ import pytest
 
 from app.protocol.target import SUBROUTES, WITH_OFFSET, StreamTarget, split_subroute, validate_stream_id
 from tests.http.helpers import uid
-from tests.protocol.helpers import TEXT, Node, create, error_code, raises, read_all
+from tests.inprocess import Node
+from tests.protocol.helpers import TEXT, create, error_code, raises, read_all
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,11 @@ import pytest
 pytest.register_assert_rewrite("tests.security.helpers")  # its checks report the values they compare
 
 from app.security.authenticator import AuthSettings  # noqa: E402
-from tests.protocol.helpers import Node  # noqa: E402
+from tests.inprocess import (  # noqa: E402
+    Node,  # noqa: E402
+    client_for,
+    running_node,
+)
 from tests.security.helpers import (  # noqa: E402
     OTHER,
     PRIVATE,
@@ -25,10 +29,8 @@ from tests.security.helpers import (  # noqa: E402
     TOKENS,
     SigningKeys,
     bearer,
-    client_for,
     jwt_config,
     make_keys,
-    running_node,
     token_configs,
     write_jwks,
 )
@@ -53,7 +55,7 @@ def jwks_file(keys: SigningKeys, tmp_path_factory: pytest.TempPathFactory) -> Pa
 async def auth_node(jwks_file: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Node]:
     auth = AuthSettings(mode="on", tokens=token_configs(ROLES, TOKENS), jwt=jwt_config(jwks_file), public_read=[PUBLIC])
     root = tmp_path_factory.mktemp("auth-node")
-    async with running_node(root, auth, long_poll_timeout=20, sse_max_seconds=0.5) as node:
+    async with running_node(root, auth=auth, long_poll_timeout=20, sse_max_seconds=0.5) as node:
         async with client_for(node) as client:
             for bucket in (PRIVATE, OTHER, PUBLIC):
                 resp = await client.put(f"/ds/{bucket}", headers=bearer(TOKENS["root"]))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,18 +15,13 @@ from typing import Any
 
 import httpx
 import jwt
-from asgi_lifespan import LifespanManager
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from app.config import Settings
-from app.security.authenticator import AuthSettings
 from app.security.jwt_tokens import JWTConfig
 from app.security.scopes import Action
 from app.security.tokens import TokenConfig, digest, new_token
-from app.server import create_app
-from app.storage.kv import MemoryKV
-from tests.protocol.helpers import Node
+from tests.inprocess import Node
 
 ISSUER = "https://issuer.rill.test"
 AUDIENCE = "rill-api"
@@ -67,9 +60,6 @@ def token_configs(roles: dict[str, tuple[list[str], datetime | None]], tokens: d
 
 def bearer(token: str | None) -> dict[str, str]:
     return {} if token is None else {"authorization": f"Bearer {token}"}
-
-
-# --- JWTs -----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -164,40 +154,6 @@ def jwt_config(jwks_file: Path, **overrides: Any) -> JWTConfig:
     return JWTConfig(issuer=ISSUER, audience=AUDIENCE, jwks_file=jwks_file, **overrides)
 
 
-# --- nodes ------------------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def running_node(root: Path, auth: AuthSettings, **settings: Any) -> AsyncIterator[Node]:
-    """A single node in process, its stores in memory, with these auth settings."""
-    stores: dict[str, tuple[MemoryKV, list[str]]] = {}
-
-    def open_kv(path: Path, column_families: list[str]) -> MemoryKV:
-        kv = MemoryKV(column_families)
-        stores[path.name] = (kv, column_families)
-        return kv
-
-    config = Settings(
-        data_dir=root / "data",
-        cold_store=str(root / "cold"),
-        tiering_interval=3600,  # no tiering pass while a test compares the stores before and after
-        auth=auth,
-        **settings,
-    )
-    threshold = gc.get_threshold()
-    async with LifespanManager(create_app(config, open_kv=open_kv)) as manager:
-        gc.set_threshold(*threshold)  # startup tunes the collector for a server process
-        yield Node(manager.app, stores)
-    gc.unfreeze()
-
-
-@contextlib.asynccontextmanager
-async def client_for(node: Node, timeout: float = 30) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(node.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://rill.test", timeout=timeout) as client:
-        yield client
-
-
 def error_of(resp: httpx.Response) -> dict[str, str]:
     """The protocol's error object of a JSON error response."""
     assert resp.headers.get("content-type") == "application/json", (resp.status_code, resp.headers, resp.text)
@@ -225,8 +181,6 @@ def assert_forbidden(resp: httpx.Response) -> None:
     if resp.request.method != "HEAD":
         assert error_of(resp)["code"] == "forbidden"
 
-
-# --- the access matrix ------------------------------------------------------------------------------
 
 FAMILY_BASE = {"ds": f"/ds/{PRIVATE}/", "legacy": "/streams/", "compat": "/v1/stream/"}
 FAMILY_BUCKET = {"ds": PRIVATE, "legacy": LEGACY, "compat": COMPAT}

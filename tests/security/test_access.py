@@ -13,6 +13,7 @@ import pytest
 from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC
 from app.security.authenticator import AuthSettings
 from tests.http.helpers import uid
+from tests.inprocess import client_for, running_node
 from tests.security.helpers import (
     CHALLENGE,
     COMPAT,
@@ -24,11 +25,9 @@ from tests.security.helpers import (
     assert_forbidden,
     assert_unauthorized,
     bearer,
-    client_for,
     error_of,
     make_world,
     mint,
-    running_node,
     token_configs,
 )
 
@@ -44,9 +43,6 @@ async def closed_stream(client: httpx.AsyncClient, base: str) -> str:
     resp = await client.put(path, content=b"abc", headers={**ROOT, **TEXT, "stream-closed": "true"})
     assert resp.status_code == 201, resp.text
     return path
-
-
-# --- Cache-Control ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -85,9 +81,6 @@ async def test_reads_of_a_public_bucket_are_public(client: httpx.AsyncClient, to
     assert resp.headers["cache-control"] == CACHE_PUBLIC
 
 
-# --- public_read ------------------------------------------------------------------------------------
-
-
 async def test_anyone_reads_a_public_bucket_but_nobody_writes_it_without_a_token(client: httpx.AsyncClient) -> None:
     world = await make_world(client, "ds", PUBLIC)
     path = world.base + world.stream
@@ -112,7 +105,7 @@ async def test_a_bad_token_is_refused_even_where_no_token_is_needed(client: http
 
 async def test_public_read_of_a_builtin_bucket(tmp_path: Path) -> None:
     auth = AuthSettings(mode="on", tokens=token_configs({"root": (["admin:*"], None)}, TOKENS), public_read=[LEGACY])
-    async with running_node(tmp_path, auth) as node, client_for(node) as client:
+    async with running_node(tmp_path, auth=auth) as node, client_for(node) as client:
         for base in ("/streams/", "/v1/stream/"):
             assert (await client.put(base + "s", content=b"abc", headers={**ROOT, **TEXT})).status_code == 201
         resp = await client.get("/streams/s", params={"offset": "-1"})
@@ -120,9 +113,6 @@ async def test_public_read_of_a_builtin_bucket(tmp_path: Path) -> None:
         assert_unauthorized(await client.post("/streams/s", content=b"d", headers=TEXT), invalid=False)
         assert_unauthorized(await client.delete("/streams/s"), invalid=False)
         assert_unauthorized(await client.get("/v1/stream/s", params={"offset": "-1"}), invalid=False)
-
-
-# --- JWTs on real requests ----------------------------------------------------------------------------
 
 
 async def test_jwt_scope_string_and_scp_list(client: httpx.AsyncClient, keys: SigningKeys) -> None:
@@ -166,9 +156,6 @@ async def test_invalid_jwts_are_401(
     assert words in resp.headers["www-authenticate"].lower()
 
 
-# --- malformed credentials ----------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("header", ["Basic YWxpY2U6c2VjcmV0", "Bearer", "Digest username=alice", TOKENS["root"]])
 async def test_a_header_that_is_not_a_bearer_token(client: httpx.AsyncClient, header: str) -> None:
     resp = await client.get(f"/ds/{PRIVATE}", headers={"authorization": header})
@@ -187,9 +174,6 @@ async def test_no_token_body(client: httpx.AsyncClient) -> None:
     resp = await client.post(f"/ds/{PRIVATE}/s", content=b"x", headers=TEXT)
     assert resp.headers["www-authenticate"] == CHALLENGE
     assert error_of(resp) == {"code": "unauthorized", "message": "this needs a bearer token"}
-
-
-# --- names cannot be probed ---------------------------------------------------------------------------
 
 
 async def test_an_invisible_bucket_answers_alike_whether_the_stream_exists_or_not(client: httpx.AsyncClient) -> None:
@@ -221,19 +205,13 @@ async def test_an_invisible_builtin_bucket_looks_like_a_missing_stream(
     assert invisible.headers == missing.headers
 
 
-# --- routes outside the stream families ---------------------------------------------------------------
-
-
 async def test_health_needs_no_token(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).status_code == 200
 
 
-# --- auth off (the default) ---------------------------------------------------------------------------
-
-
 @pytest.fixture()
 async def open_client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with running_node(tmp_path, AuthSettings()) as node, client_for(node) as client:
+    async with running_node(tmp_path, auth=AuthSettings()) as node, client_for(node) as client:
         yield client
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from app.security.scopes import Action
 from tests.http.helpers import uid
-from tests.protocol.helpers import Node
+from tests.inprocess import Node
 from tests.security.helpers import (
     OTHER,
     TOKENS,
@@ -53,6 +53,7 @@ SUB_OPS = [
     Op("snapshot-delete", "DELETE", SUB + "snapshot/{o1}", A, 204),
     Op("retention-put", "PUT", SUB + "retention/{o1}", A, 204),
 ]
+
 
 def matrix() -> list[object]:
     params: list[object] = []

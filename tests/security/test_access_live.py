@@ -19,17 +19,15 @@ import pytest
 
 from app.security.authenticator import AuthSettings
 from app.security.tokens import new_token
-from tests.protocol.helpers import Node
+from tests.inprocess import Node, client_for, running_node
 from tests.security.helpers import (
     PRIVATE,
     TOKENS,
     SigningKeys,
     assert_unauthorized,
     bearer,
-    client_for,
     jwt_config,
     mint,
-    running_node,
     token_configs,
 )
 
@@ -57,7 +55,7 @@ async def live(jwks_file: Path, tmp_path: Path) -> AsyncIterator[LiveNode]:
     roles = {"root": (["admin:*"], None), "soon": ([f"read:{PRIVATE}"], soon)}
     auth = AuthSettings(mode="on", tokens=token_configs(roles, {"root": TOKENS["root"], "soon": SOON}))
     auth.jwt = jwt_config(jwks_file)
-    async with running_node(tmp_path, auth, long_poll_timeout=20, sse_max_seconds=60) as node:
+    async with running_node(tmp_path, auth=auth, long_poll_timeout=20, sse_max_seconds=60) as node:
         async with client_for(node) as client:
             assert (await client.put(f"/ds/{PRIVATE}", headers=bearer(TOKENS["root"]))).status_code == 201
         yield LiveNode(node, soon.timestamp())

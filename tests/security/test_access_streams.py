@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.security.scopes import Action
-from tests.protocol.helpers import Node
+from tests.inprocess import Node
 from tests.security.helpers import TOKENS, Op, SigningKeys, World, bearer, cases_for, check_case
 
 pytestmark = pytest.mark.anyio

@@ -30,8 +30,8 @@ from app.domain.errors import ProtocolError
 from app.raft import leader
 from app.raft.messages import AppendEntries, Entry, Message
 from app.security.authenticator import AuthSettings
-from tests.protocol.helpers import Node
-from tests.security.helpers import ROLES, TOKENS, bearer, client_for, running_node, token_configs
+from tests.inprocess import Node, client_for, running_node
+from tests.security.helpers import ROLES, TOKENS, bearer, token_configs
 from tests.server import RillCluster
 
 SECRET = b"s3cret"
@@ -47,9 +47,6 @@ def _refused(verifier: Verifier, header: str | None, path: str = PATH) -> Protoc
     with pytest.raises(ProtocolError) as caught:
         verifier.check(header, path)
     return caught.value
-
-
-# --- sign and verify --------------------------------------------------------------------------------
 
 
 def test_a_signature_binds_time_nodes_path_and_body() -> None:
@@ -151,13 +148,10 @@ def test_append_entries_stay_within_the_byte_budget() -> None:
     assert message_cap(1 << 20) >= BATCH_BYTES + leader.MAX_BYTES_PER_MESSAGE // 4
 
 
-# --- membership and health with auth on (in process) ------------------------------------------------
-
-
 @pytest.fixture(scope="module")
 async def auth_on(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Node]:
     auth = AuthSettings(mode="on", tokens=token_configs(ROLES, TOKENS))
-    async with running_node(tmp_path_factory.mktemp("members"), auth) as node:
+    async with running_node(tmp_path_factory.mktemp("members"), auth=auth) as node:
         yield node
 
 
@@ -166,7 +160,7 @@ async def either_mode(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[str, Node]]:
     auth = AuthSettings(mode=request.param, tokens=token_configs(ROLES, TOKENS))
-    async with running_node(tmp_path_factory.mktemp(f"members-{request.param}"), auth) as node:
+    async with running_node(tmp_path_factory.mktemp(f"members-{request.param}"), auth=auth) as node:
         yield request.param, node
 
 
@@ -201,8 +195,6 @@ async def test_membership_changes_need_admin_whatever_the_mode(either_mode: tupl
             assert (await client.get("/_rill/members")).status_code == 200  # listing stays public
             assert "role" in (await client.get("/healthz")).json()
 
-
-# --- real processes ---------------------------------------------------------------------------------
 
 # A small entry limit keeps the internal routes' cap (and a test that fills it) small.
 SMALL = {"RILL_MAX_BODY_BYTES": str(1 << 20), "RILL_SNAPSHOT_MAX_BYTES": str(1 << 20)}

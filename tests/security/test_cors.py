@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from app.config import Settings
-from app.server import create_app
-from app.storage.kv import MemoryKV
+from tests.inprocess import client_for, running_node
 
 pytestmark = pytest.mark.anyio
 
@@ -26,15 +23,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _client(root: Path, **settings: object) -> AsyncIterator[httpx.AsyncClient]:
-    config = Settings(data_dir=root / "data", cold_store=str(root / "cold"), tiering_interval=3600, **settings)
-    threshold = gc.get_threshold()
-    async with LifespanManager(create_app(config, open_kv=lambda _p, cfs: MemoryKV(cfs))) as manager:
-        gc.set_threshold(*threshold)
-        transport = httpx.ASGITransport(manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://rill.test") as client:
-            yield client
-    gc.unfreeze()
+async def _client(root: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    async with running_node(root, **settings) as node, client_for(node) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

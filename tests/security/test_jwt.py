@@ -59,9 +59,6 @@ def rejected(verifier: JWTVerifier, token: str) -> str:
     return str(info.value)
 
 
-# --- valid tokens -----------------------------------------------------------------------------------
-
-
 def test_a_valid_rsa_token(verifier: JWTVerifier, keys: SigningKeys) -> None:
     token = mint(keys.rsa, scope="write:acme read:*", sub="svc-42", exp=NOW + 600)
     assert verifier.verify(token) == Principal("svc-42", {"acme": Action.WRITE, "*": Action.READ}, (NOW + 600) * 1000)
@@ -99,9 +96,6 @@ def test_exp_and_nbf_within_the_leeway(verifier: JWTVerifier, keys: SigningKeys)
     assert verifier.verify(mint(keys.rsa, nbf=NOW + 10)).subject == "alice"
 
 
-# --- scopes -----------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("claims", "grants"),
     [
@@ -135,9 +129,6 @@ def test_a_scope_claim_of_another_type_grants_nothing_and_does_not_crash(
     )
     expected = {"*": Action.ADMIN} if scope == ["admin:*"] else {}  # a list in `scope` reads like `scp`
     assert verifier.verify(token).grants == expected
-
-
-# --- invalid tokens ---------------------------------------------------------------------------------
 
 
 def test_wrong_audience(verifier: JWTVerifier, keys: SigningKeys) -> None:
@@ -234,9 +225,6 @@ def test_garbage(verifier: JWTVerifier, token: str) -> None:
     rejected(verifier, token)
 
 
-# --- configuration ----------------------------------------------------------------------------------
-
-
 def test_exactly_one_jwks_source(jwks_file: Path) -> None:
     with pytest.raises(pydantic.ValidationError, match="exactly one of jwks_file or jwks_url"):
         JWTConfig(issuer=ISSUER, audience=AUDIENCE)
@@ -247,9 +235,6 @@ def test_exactly_one_jwks_source(jwks_file: Path) -> None:
 def test_leeway_is_bounded(jwks_file: Path) -> None:
     with pytest.raises(pydantic.ValidationError):
         jwt_config(jwks_file, leeway_seconds=301)
-
-
-# --- a JWKS URL ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture()
@@ -303,9 +288,6 @@ def test_jwks_url_unreachable_is_an_invalid_token(keys: SigningKeys) -> None:
         started = time.monotonic()
         assert "fail to fetch data" in rejected(verifier, mint(keys.rsa)).lower()
         assert time.monotonic() - started < 5
-
-
-# --- through the Authenticator ----------------------------------------------------------------------
 
 
 @pytest.mark.anyio

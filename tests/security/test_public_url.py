@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from app.config import Settings
-from app.server import create_app
-from app.storage.kv import MemoryKV
+from tests.inprocess import client_for, running_node
 
 pytestmark = pytest.mark.anyio
 
@@ -26,28 +23,20 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _client(root: Path, public_url: str | None) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(
-        data_dir=root / "data", cold_store=str(root / "cold"), tiering_interval=3600, public_url=public_url
-    )
-    threshold = gc.get_threshold()
-    async with LifespanManager(create_app(settings, open_kv=lambda _p, cfs: MemoryKV(cfs))) as manager:
-        gc.set_threshold(*threshold)
-        transport = httpx.ASGITransport(manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://rill.test") as client:
-            yield client
-    gc.unfreeze()
+async def _client(root: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    async with running_node(root, **settings) as node, client_for(node) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
 async def public(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _client(tmp_path_factory.mktemp("public-url"), PUBLIC + "/"):
+    async for c in _client(tmp_path_factory.mktemp("public-url"), public_url=PUBLIC + "/"):
         yield c
 
 
 @pytest.fixture(scope="module")
 async def plain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _client(tmp_path_factory.mktemp("no-public-url"), None):
+    async for c in _client(tmp_path_factory.mktemp("no-public-url")):
         yield c
 
 

@@ -114,9 +114,6 @@ def test_toml_entry_leaves_out_what_is_not_given() -> None:
     assert set(parsed["auth"]["tokens"][0]) == {"sha256", "scopes"}
 
 
-# --- the Authenticator, opaque tokens ---------------------------------------------------------------
-
-
 def authenticator(*entries: TokenConfig, now_ms: int = NOW_MS) -> Authenticator:
     return Authenticator(AuthSettings(mode="on", tokens=list(entries)), lambda: now_ms)
 
