@@ -83,3 +83,10 @@ async def client_for(node: Node, timeout: float = 30) -> AsyncIterator[httpx.Asy
     transport = httpx.ASGITransport(node.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://rill.test", timeout=timeout) as client:
         yield client
+
+
+@contextlib.asynccontextmanager
+async def node_client(root: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a fresh in-process node with these settings."""
+    async with running_node(root, **settings) as node, client_for(node) as client:
+        yield client

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.inprocess import client_for, running_node
+from tests.inprocess import node_client
 
 pytestmark = pytest.mark.anyio
 
@@ -23,27 +21,22 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _client(root: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
-    async with running_node(root, **settings) as node, client_for(node) as client:
-        yield client
-
-
 @pytest.fixture(scope="module")
 async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
     """A node whose `cors_origins` lists one origin."""
-    async for c in _client(tmp_path_factory.mktemp("cors"), cors_origins=[LISTED], sse_max_seconds=0.2):
+    async with node_client(tmp_path_factory.mktemp("cors"), cors_origins=[LISTED], sse_max_seconds=0.2) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 async def any_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _client(tmp_path_factory.mktemp("cors-any"), cors_origins=["*"]):
+    async with node_client(tmp_path_factory.mktemp("cors-any"), cors_origins=["*"]) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 async def default(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _client(tmp_path_factory.mktemp("cors-default")):
+    async with node_client(tmp_path_factory.mktemp("cors-default")) as c:
         yield c
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.inprocess import client_for, running_node
+from tests.inprocess import node_client
 
 pytestmark = pytest.mark.anyio
 
@@ -23,20 +21,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _client(root: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
-    async with running_node(root, **settings) as node, client_for(node) as client:
-        yield client
-
-
 @pytest.fixture(scope="module")
 async def public(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _client(tmp_path_factory.mktemp("public-url"), public_url=PUBLIC + "/"):
+    async with node_client(tmp_path_factory.mktemp("public-url"), public_url=PUBLIC + "/") as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 async def plain(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _client(tmp_path_factory.mktemp("no-public-url")):
+    async with node_client(tmp_path_factory.mktemp("no-public-url")) as c:
         yield c
 
 
