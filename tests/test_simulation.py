@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
+
 import pytest
 
-from tests.simulation import run_seed
+from tests.seeds import check_core_seed, failures
 
 BATCH = 100
 
 
 @pytest.mark.parametrize("first", range(0, 1000, BATCH), ids=lambda first: f"seeds-{first}-{first + BATCH - 1}")
-def test_simulated_cluster_is_safe(first: int) -> None:
-    failed = []
-    for seed in range(first, first + BATCH):
-        try:
-            run_seed(seed)
-        except AssertionError as exc:
-            failed.append(f"seed {seed}: {exc} (replay: python -m tests.simulation --seed {seed} -v)")
+def test_simulated_cluster_is_safe(seed_pool: Executor, first: int) -> None:
+    failed = failures(seed_pool, check_core_seed, range(first, first + BATCH))
     assert not failed, "\n".join(failed)
