@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import ssl
+import sys
+import tomllib
 from pathlib import Path
+from typing import NoReturn
 
 import uvicorn
+from pydantic import ValidationError
 
 from app.bench import cli as bench_cli
 from app.cluster import cli as cluster_cli
-from app.config import load_settings, parse_peers
+from app.config import Settings, load_settings, parse_peers
 from app.pipeline import cli as pipeline_cli
 from app.security import cli as token_cli
 from app.server import create_app
+from app.serving.connection import protocol_for
+from app.serving.limits import plan_limits
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,41 +77,59 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     if args.command == "serve":
-        settings = load_settings(
-            args.config,
-            host=args.host,
-            port=args.port,
-            data_dir=args.data_dir,
-            long_poll_timeout=args.long_poll_timeout,
-            max_body_bytes=args.max_body_bytes,
-            access_log=args.access_log,
-            node_id=args.node_id,
-            peers=args.peers,
-            cluster_secret=args.cluster_secret,
-            cluster_secret_file=args.cluster_secret_file,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            tls_ca=args.tls_ca,
-            public_url=args.public_url,
-            cors_origins=args.cors_origins,
-            forward_writes=args.forward_writes,
-            join=args.join,
-            cold_store=args.cold_store,
-            s3_endpoint_url=args.s3_endpoint_url,
-            segment_max_bytes=args.segment_max_bytes,
-            segment_max_age=args.segment_max_age,
-            local_disk_budget=args.local_disk_budget,
-            hot_backlog_budget=args.hot_backlog_budget,
-        )
+        try:
+            settings = load_settings(
+                args.config,
+                host=args.host,
+                port=args.port,
+                data_dir=args.data_dir,
+                long_poll_timeout=args.long_poll_timeout,
+                max_body_bytes=args.max_body_bytes,
+                access_log=args.access_log,
+                node_id=args.node_id,
+                peers=args.peers,
+                cluster_secret=args.cluster_secret,
+                cluster_secret_file=args.cluster_secret_file,
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
+                tls_ca=args.tls_ca,
+                public_url=args.public_url,
+                cors_origins=args.cors_origins,
+                forward_writes=args.forward_writes,
+                join=args.join,
+                cold_store=args.cold_store,
+                s3_endpoint_url=args.s3_endpoint_url,
+                segment_max_bytes=args.segment_max_bytes,
+                segment_max_age=args.segment_max_age,
+                local_disk_budget=args.local_disk_budget,
+                hot_backlog_budget=args.hot_backlog_budget,
+            )
+            check_tls_files(settings)
+        except (ValueError, OSError) as exc:  # pydantic's ValidationError and TOMLDecodeError are ValueErrors
+            config_error(exc)
         if args.auth is not None:  # the mode alone: the [auth] table's tokens and JWT settings stay
             settings.auth = settings.auth.model_copy(update={"mode": args.auth})
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:  # before the stores open: it raises the process's open-file limit
+            edge = plan_limits(
+                max_connections=settings.max_connections,
+                fd_reserve=settings.fd_reserve,
+                header_timeout=settings.header_timeout,
+                keepalive_timeout=settings.keepalive_timeout,
+                body_timeout=settings.body_timeout,
+                body_min_rate=settings.body_min_rate,
+                max_header_bytes=settings.max_header_bytes,
+            )
+        except ValueError as exc:
+            raise SystemExit(f"rill: {exc}") from None
         uvicorn.run(
             create_app(settings),
             host=settings.host,
             port=settings.port,
             loop="uvloop",
-            http="httptools",
+            http=protocol_for(edge),
+            ws="none",
+            backlog=edge.backlog,
             access_log=settings.access_log,
             log_level="info",
             timeout_graceful_shutdown=5,
@@ -113,6 +138,66 @@ def main(argv: list[str] | None = None) -> None:
             ssl_certfile=settings.tls_cert,
             ssl_keyfile=settings.tls_key,
         )
+
+
+def config_error(exc: Exception) -> NoReturn:
+    """A configuration error is the user's to fix, not a crash: one line on stderr, exit status 2."""
+    message = " ".join(_describe(exc).split())  # one line, whatever the exception's text held
+    print(f"rill: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        problems = [
+            f"{'.'.join(str(part) for part in e['loc']) or 'settings'}: "
+            + ("unknown setting" if e["type"] == "extra_forbidden" else e["msg"])
+            for e in exc.errors()  # no input values: they could be secrets
+        ]
+        return "invalid settings: " + "; ".join(problems)
+    if isinstance(exc, tomllib.TOMLDecodeError):
+        return f"the --config file is not valid TOML: {exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return "a settings file (--config, --cluster-secret-file) is not UTF-8 text"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"cannot read {exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_prompt() -> str:
+    raise _EncryptedKey
+
+
+def check_tls_files(settings: Settings) -> None:
+    """Loads the TLS files as the server will, so that a bad one is a configuration error here rather
+    than a traceback from uvicorn once the stores are open."""
+    files = {"--tls-cert": settings.tls_cert, "--tls-key": settings.tls_key, "--tls-ca": settings.tls_ca}
+    for flag, path in files.items():
+        if path is not None:
+            try:
+                path.open("rb").close()
+            except OSError as exc:
+                raise ValueError(f"{flag} {path}: {exc.strerror}") from None
+    cert, key = settings.tls_cert, settings.tls_key
+    if cert is not None and key is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=_no_prompt)
+        except _EncryptedKey:
+            pass  # a password-protected key: uvicorn prompts for its password, as it always has
+        except ssl.SSLError as exc:
+            detail = f" ({exc.reason.lower().replace('_', ' ')})" if exc.reason else ""
+            raise ValueError(
+                f"--tls-cert {cert} and --tls-key {key} are not a PEM certificate and its key{detail}"
+            ) from None
+    if settings.tls_ca is not None:
+        try:
+            ssl.create_default_context(cafile=str(settings.tls_ca))
+        except ssl.SSLError:
+            raise ValueError(f"--tls-ca {settings.tls_ca} holds no PEM certificate") from None
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.security.authenticator import AuthSettings
+from app.security.quotas import BucketQuota
 
 
 class Settings(BaseSettings):
@@ -24,7 +25,27 @@ class Settings(BaseSettings):
     cluster_secret_file: Path | None = Field(None, description="read the cluster secret from this file")
     forward_writes: bool = Field(False, description="followers proxy writes to the leader instead of a 307")
     join: bool = Field(False, description="a new node outside --peers, waiting to be added with `rill cluster add`")
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest request body (413 past it)")
+    body_budget_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, description="request bodies held at once by all requests together (503 past it)"
+    )
+    bucket_quota: BucketQuota = Field(
+        default_factory=lambda: BucketQuota(max_streams=1_000_000, max_bytes=0),
+        description="each bucket's quota unless bucket_quotas names it (429 past it)",
+    )
+    bucket_quotas: dict[str, BucketQuota] = Field(default_factory=dict, description="bucket -> its own quota")
+    # The HTTP edge (app/serving): what one connection may hold before the app sees a request.
+    max_header_bytes: int = Field(64 * 1024, ge=1024, description="request line and headers, at most (431 past it)")
+    header_timeout: float = Field(10.0, gt=0, description="seconds from a request's first byte to its headers' end")
+    keepalive_timeout: float = Field(5.0, gt=0, description="seconds a connection may idle, before or between requests")
+    body_timeout: float = Field(30.0, gt=0, description="seconds a body may go without a byte (408 past it)")
+    body_min_rate: float = Field(
+        1024.0, ge=0, description="bytes/s a body must average once it has taken body_timeout seconds; 0: off"
+    )
+    max_connections: int | None = Field(
+        None, ge=1, description="open client connections (503 past it); unset: what the fd limit leaves past fd_reserve"
+    )
+    fd_reserve: int = Field(256, ge=0, description="file descriptors kept from clients for RocksDB, peers, cold store")
     read_chunk_bytes: int = Field(1024 * 1024, ge=1024)
     snapshot_max_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest published snapshot (413 past it)")
     bootstrap_max_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="messages a bootstrap returns at most")
@@ -45,6 +66,13 @@ class Settings(BaseSettings):
     hot_backlog_budget: int = Field(2 << 30, ge=1, description="untiered bytes past which appends answer 503")
     cold_cache_bytes: int = Field(64 << 20, ge=1 << 20, description="segments kept in memory for cold reads")
     tiering_interval: float = Field(0.5, gt=0, description="seconds between tiering passes")
+    # Free space on the data directory's filesystem (app/storage/disk.py): writes that add data answer
+    # 507 while it is below the watermark, min(disk_min_free_bytes, disk_min_free_ratio x filesystem size).
+    disk_min_free_bytes: int = Field(1 << 30, ge=0, description="watermark cap in bytes (default 1 GiB); 0: off")
+    disk_min_free_ratio: float = Field(0.05, ge=0, le=1, description="watermark as a share of the filesystem; 0: off")
+    disk_ballast_bytes: int = Field(
+        64 << 20, ge=0, description="reserve file <data_dir>/ballast, freed when the disk fills; max(1%, 1 MiB) at most"
+    )
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
     cors_origins: list[str] = Field(
         default_factory=list, description="origins whose pages may write (and read with tokens); * for any"
@@ -83,6 +111,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         settings.cluster_secret = settings.cluster_secret_file.read_text().strip()
         if not settings.cluster_secret:
             raise ValueError(f"the cluster secret file {settings.cluster_secret_file} is empty")
+    if settings.body_budget_bytes < settings.max_body_bytes:
+        raise ValueError(
+            f"body_budget_bytes ({settings.body_budget_bytes}) must be at least "
+            f"max_body_bytes ({settings.max_body_bytes})"
+        )
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
     if settings.peers:

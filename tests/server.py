@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,11 +23,20 @@ def free_port() -> int:
 
 
 class RillProcess:
-    def __init__(self, data_dir: Path, port: int | None = None, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
+        """`preexec_fn` runs in the child before exec, e.g. to set its resource limits."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.extra = list(extra)
         self.env = {**os.environ, **(env or {})}
+        self.preexec_fn = preexec_fn
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"rill-{self.port}.log"
 
@@ -37,7 +47,9 @@ class RillProcess:
     def start(self, timeout: float = 20.0) -> RillProcess:
         cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([*cmd, *self.extra], stdout=log, stderr=subprocess.STDOUT, env=self.env)
+            self.proc = subprocess.Popen(
+                [*cmd, *self.extra], stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=self.preexec_fn
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

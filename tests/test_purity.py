@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("raft",),
     ("state_machine",),
     ("tiering", "pipeline"),
-    ("node", "cluster", "security"),
+    ("node", "cluster", "security", "serving"),
     ("protocol",),
     ("routes", "cluster.routes"),
     ("server", "config", "cli", "cluster.cli", "bench"),

@@ -1,0 +1,396 @@
+"""One client connection: uvicorn's httptools protocol with the edge's limits.
+
+A connection is in one phase at a time, by what the parser is waiting for: IDLE (between requests,
+or a response is under way), HEAD (a request has begun, its headers have not all arrived) or BODY.
+Each phase has a deadline: IDLE the keep-alive timeout (none while a response is under way, so a
+long-poll or SSE response is never cut), HEAD the header timeout, BODY the body timeout and minimum
+rate, on the clock that runs only while the server is reading for the app.
+
+One timer handle per connection, re-armed lazily: callbacks only note times, and the timer, when it
+fires, reads the current phase's deadline and either acts or sleeps until it. A request on a busy
+keep-alive connection costs no timer work; the timer wakes about once per keep-alive period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import urllib.parse
+from typing import Any
+
+import httptools
+from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.server import ServerState
+
+from app.domain.errors import error_body
+from app.serving.limits import LINGER_SECONDS, EdgeLimits
+from app.serving.responses import SECURITY_HEADERS, error_response
+
+_IDLE, _HEAD, _BODY = 0, 1, 2
+# A timer may fire a hair before its deadline; re-arming it for that is not worth a loop turn.
+_SLACK = 0.005
+_CAP_WARNING_SECONDS = 10.0
+_last_cap_warning = float("-inf")
+logger = logging.getLogger("uvicorn.error")
+
+
+class _Reject(Exception):
+    """Raised in a parser callback: the request is answered with this error and the connection closed."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class _Flow(FlowControl):
+    """uvicorn's flow control, also telling the connection when it stops and resumes reading.
+
+    Time the server does not read (the app has not taken the buffered body yet, or has not asked
+    for a 100-continue body) is not held against the client.
+    """
+
+    def __init__(self, transport: asyncio.Transport, connection: EdgeProtocol) -> None:
+        super().__init__(transport)
+        self._connection = connection
+
+    def pause_reading(self) -> None:
+        self._connection.pause_clock()
+        super().pause_reading()
+
+    def resume_reading(self) -> None:  # uvicorn calls it on every receive(): the app wants the body
+        self._connection.resume_clock()
+        super().resume_reading()
+
+
+class _Cycle(RequestResponseCycle):
+    """uvicorn's request/response cycle; its fallback 500 (the app raised before responding) is JSON."""
+
+    async def send_500_response(self) -> None:
+        body = error_body("internal_error", "internal server error")
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"connection", b"close"),
+            *SECURITY_HEADERS,
+        ]
+        await self.send({"type": "http.response.start", "status": 500, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class EdgeProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, bounded: see the module's docstring."""
+
+    limits = EdgeLimits()  # protocol_for() binds the server's limits
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._phase = _IDLE
+        self._done = False  # answered or refused: nothing more reaches the parser
+        self._idle_since = 0.0
+        # The read being parsed: its size, and whether it started between two requests.
+        self._feed_len = 0
+        self._feed_fresh = False
+        self._head_start = 0.0
+        self._head_bytes = 0  # bytes read while in HEAD: bounds what the parser buffers
+        self._coding: bytes | None = None
+        self._body_start = 0.0
+        self._body_last = 0.0
+        self._body_bytes = 0
+        self._stalled_bytes = 0  # read in BODY without body progress: trailers, framing
+        self._paused_at: float | None = None
+        self._paused_total = 0.0
+
+    # Connection events
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            self._refuse(transport)
+            return
+        super().connection_made(transport)
+        self.flow = _Flow(transport, self)
+        self._idle_since = self.loop.time()
+        self._arm(self._idle_since + self.limits.keepalive_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._done:
+            return  # answered: what the client still sends is drained and dropped
+        self._feed_len = len(data)
+        self._feed_fresh = self._phase == _IDLE
+        body_before = self._body_bytes
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            reason = exc.__context__
+            if isinstance(reason, _Reject):
+                self._fail(reason.status, reason.code, reason.message)
+            else:
+                logger.warning("Invalid HTTP request received.")
+                detail = "" if isinstance(exc, httptools.HttpParserCallbackError) else f": {exc}"
+                self._fail(400, "bad_request", "invalid HTTP request" + detail)
+            return
+        except httptools.HttpParserUpgrade:
+            return  # served with ws="none": an Upgrade request is answered as plain HTTP
+        limit = self.limits.max_header_bytes
+        if self._phase == _HEAD:
+            self._head_bytes += len(data)
+            if self._head_bytes > limit:
+                self._fail(431, "headers_too_large", f"the request line and headers exceed {limit} bytes")
+        elif self._phase == _BODY:
+            if self._body_bytes != body_before:
+                self._stalled_bytes = 0
+            else:
+                self._stalled_bytes += len(data)
+                if self._stalled_bytes > limit:
+                    self._fail(431, "headers_too_large", f"the request's trailers exceed {limit} bytes")
+
+    # Parser callbacks (uvicorn's, plus the bookkeeping the limits need)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._phase = _HEAD
+        self._head_start = self.loop.time()
+        # A request that begins mid-read after another one's bytes: this read is not counted (it
+        # is at most one read past the limit); every later read in HEAD is.
+        self._head_bytes = 0 if self._feed_fresh else -self._feed_len
+        self._feed_fresh = False
+        self._coding = None
+        if self._paused_at is not None:
+            self._paused_at = self._head_start  # the pause counts from here, not from before the request
+        self._arm(self._head_start + self.limits.header_timeout)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._phase != _HEAD:
+            return  # a chunked body's trailers: not part of the request's ASGI headers
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        elif name == b"transfer-encoding":
+            self._coding = value if self._coding is None else self._coding + b"," + value
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        limit = self.limits.max_header_bytes
+        # What was read for this head bounds its size; only past the limit is it counted exactly.
+        if max(self._head_bytes, 0) + self._feed_len > limit and self._head_size() > limit:
+            raise _Reject(431, "headers_too_large", f"the request line and headers exceed {limit} bytes")
+        if self._coding is not None and self._coding.strip().lower() != b"chunked":
+            raise _Reject(501, "unsupported_transfer_coding", "the only supported Transfer-Encoding is chunked")
+        now = self.loop.time()
+        self._phase = _BODY
+        self._body_start = self._body_last = now
+        self._body_bytes = self._stalled_bytes = 0
+        self._paused_total = 0.0
+        if self._paused_at is not None or self.expect_100_continue:
+            self._paused_at = now  # the client may wait for 100 Continue, sent when the app reads
+        self._start_cycle()
+        if self._paused_at is None:
+            self._arm(now + self.limits.body_timeout)
+
+    def _head_size(self) -> int:
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def _start_cycle(self) -> None:
+        """uvicorn's on_headers_complete, making a _Cycle, without its concurrency limit (max_connections
+        replaces it) and without WebSocket upgrades (served with ws="none")."""
+        scope = self.scope
+        scope["method"] = self.parser.get_method().decode("ascii")
+        http_version = self.parser.get_http_version()
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope["path"] = self.root_path + path
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = parsed_url.query or b""
+        existing = self.cycle
+        self.cycle = _Cycle(
+            scope=scope,
+            transport=self.transport,
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
+            on_response=self.on_response_complete,
+        )
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(self.cycle, self.app)
+        else:  # pipelined: queued behind the response under way
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, self.app))
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        self._body_last = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._phase = _IDLE
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self._phase == _IDLE:
+            self._idle_since = self.loop.time()
+            self._arm(self._idle_since + self.limits.keepalive_timeout)
+
+    # The clock that runs while the server reads (called by _Flow)
+
+    def pause_clock(self) -> None:
+        if self._paused_at is None:
+            self._paused_at = self.loop.time()
+
+    def resume_clock(self) -> None:
+        if self._paused_at is None:
+            return
+        now = self.loop.time()
+        paused = now - self._paused_at
+        self._paused_at = None
+        if self._phase == _HEAD:
+            self._head_start += paused
+        elif self._phase == _BODY:
+            self._paused_total += paused
+            self._body_last = now
+        deadline = self._deadline()
+        if deadline is not None:
+            self._arm(deadline)
+
+    # Deadlines
+
+    def _deadline(self) -> float | None:
+        """When the current phase runs out; None while nothing is held against the client."""
+        limits = self.limits
+        if self._phase == _IDLE:
+            if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+                return None  # a response is under way (a long-poll, SSE): the app decides its length
+            return self._idle_since + limits.keepalive_timeout
+        if self._paused_at is not None:
+            return None
+        if self._phase == _HEAD:
+            return self._head_start + limits.header_timeout
+        stalled = self._body_last + limits.body_timeout
+        if limits.body_min_rate <= 0:
+            return stalled
+        # Past the grace the average rate over the reading time must stay at body_min_rate.
+        reading_since = self._body_start + self._paused_total
+        return min(stalled, reading_since + max(limits.body_timeout, self._body_bytes / limits.body_min_rate))
+
+    def _arm(self, deadline: float) -> None:
+        """Makes the timer fire no later than `deadline` (an earlier firing re-arms itself)."""
+        if self._done:
+            return
+        if self._timer is not None:
+            if self._timer_at <= deadline:
+                return
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = self.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._done or self.transport.is_closing():
+            return
+        deadline = self._deadline()
+        if deadline is None:
+            return
+        if deadline - self.loop.time() > _SLACK:
+            self._arm(deadline)
+        elif self._phase == _HEAD:
+            timeout = self.limits.header_timeout
+            self._fail(408, "request_timeout", f"the request's headers did not arrive within {timeout:g} s")
+        elif self._phase == _BODY:
+            self._fail(408, "request_timeout", "the request body arrived too slowly")
+        else:
+            self.transport.close()  # idle past the keep-alive timeout: closed without a word
+
+    # Refusing and failing
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """Past max_connections: a 503 and an immediate close, before reading anything."""
+        global _last_cap_warning
+        self.transport = transport  # for connection_lost
+        self._done = True
+        now = self.loop.time()
+        if now - _last_cap_warning >= _CAP_WARNING_SECONDS:
+            _last_cap_warning = now
+            logger.warning("max_connections (%d) reached: refusing new connections", self.limits.max_connections)
+        message = f"the server has {self.limits.max_connections} connections open; retry shortly"
+        default_headers = self.server_state.default_headers
+        transport.write(error_response(503, "too_many_connections", message, default_headers, retry_after=1))
+        transport.close()
+
+    def _can_answer(self) -> bool:
+        """Whether an error written now would be read as the answer to the request being parsed."""
+        if self.pipeline:
+            return False  # queued requests would take it as theirs
+        cycle = self.cycle
+        if cycle is None:
+            return True
+        return not cycle.response_started if self._phase == _BODY else cycle.response_complete
+
+    def _fail(self, status: int, code: str, message: str) -> None:
+        """Answers the request being parsed with an error, if nothing else is on the wire, and closes."""
+        answer = self._can_answer()
+        self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the app's receive() reports a disconnect, its send() is dropped
+            cycle.keep_alive = False
+            cycle.message_event.set()
+        if not answer:
+            self.transport.close()
+            return
+        self.transport.write(error_response(status, code, message, self.server_state.default_headers))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Half-closes and drains what the client still sends, for a while: closing with unread input
+        sends a reset, which can destroy the answer before the client reads it."""
+        transport = self.transport
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.flow.resume_reading()
+        self._timer = self.loop.call_later(LINGER_SECONDS, transport.close)
+
+
+def protocol_for(limits: EdgeLimits) -> type[EdgeProtocol]:
+    """An EdgeProtocol class bound to `limits`, for uvicorn's `http=` (it makes one per connection)."""
+    chosen = limits
+
+    class RillHttpProtocol(EdgeProtocol):
+        limits = chosen
+
+    return RillHttpProtocol
