@@ -15,17 +15,19 @@ must never outrun the disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from app.cluster.driver_types import CheckpointLink, Send, StateMachine, Status, Unsaved
 from app.raft.core import RaftCore
 from app.raft.log_store import LogStore
-from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
-from app.raft.ready import Ready, Role
+from app.raft.messages import AppendEntries, Entry, Membership, Message, encode
+from app.raft.ready import Role
+from app.storage.disk import OutOfSpace, insufficient_storage, out_of_space
 
 log = logging.getLogger("rill.raft")
 
@@ -37,6 +39,7 @@ COMPACT_EVERY = 20_000
 COMPACT_BYTES = 64 * 1024 * 1024
 COMPACT_KEEP = 5_000
 CHECKPOINT_RETRY_SECONDS = 1.0
+RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores again
 
 
 class NotLeader(Exception):
@@ -51,63 +54,6 @@ class ProposalDropped(Exception):
 
 class MembershipRefused(Exception):
     pass
-
-
-class StateMachine(Protocol):
-    applied_index: int
-    applied_term: int
-    membership: Membership | None
-
-    def apply(self, entries: list[Entry]) -> list[Any]: ...
-
-    def make_durable(self) -> None: ...
-
-
-class CheckpointLink(Protocol):
-    async def send(self, peer: int, term: int) -> bool: ...
-
-    def install(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Status:
-    """The node's Raft state at one moment, by value (etcd's `Status`)."""
-
-    id: int
-    role: Role
-    term: int
-    leader: int  # 0 when unknown
-    commit: int
-    applied: int
-    last_index: int
-    checkpoint_index: int  # the log is compacted up to here: earlier entries live only in the state store
-    voters: tuple[int, ...]
-    learners: tuple[int, ...]
-    match: dict[int, int]  # on a leader, the highest index each peer is known to hold; empty otherwise
-
-
-Send = Callable[[list[Message]], Awaitable[None]]
-
-
-@dataclass
-class _Unsaved:
-    """Readys waiting for the next sync, merged: latest hard state, entries in log order, messages."""
-
-    hard_state: HardState | None = None
-    entries: list[Entry] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
-
-    def add(self, rd: Ready) -> None:
-        if rd.hard_state is not None:
-            self.hard_state = rd.hard_state
-        if rd.entries:
-            first = rd.entries[0].index
-            # A later Ready may replace a suffix (a follower truncating a divergent tail).
-            self.entries = [e for e in self.entries if e.index < first] + rd.entries
-        self.messages += rd.messages
-
-    def __bool__(self) -> bool:
-        return self.hard_state is not None or bool(self.entries) or bool(self.messages)
 
 
 class RaftNode:
@@ -138,20 +84,9 @@ class RaftNode:
         self._tick_seconds = tick_seconds
         self._compact_entries = compact_entries or COMPACT_EVERY
         self._compact_keep = COMPACT_KEEP if compact_keep is None else compact_keep
-        applied, applied_term = machine.applied_index, machine.applied_term
-        if applied > log_store.compacted_index and applied_term and log_store.term_at(applied) != applied_term:
-            log_store.restore(applied, applied_term)  # a crash came between installing a checkpoint and this
-        self.core = RaftCore(
-            node_id,
-            voters,
-            log_store.hard_state(),
-            log_store.entries(),
-            compacted_index=log_store.compacted_index,
-            compacted_term=log_store.compacted_term,
-            learners=learners,
-            applied=machine.applied_index,
-            seed=seed if seed is not None else time.monotonic_ns(),
-        )
+        self._seed = seed if seed is not None else time.monotonic_ns()
+        self.core = self._load_core(voters, learners or [])
+        self._full = False  # a store ran out of space: no writes until it takes them again
         self._pending: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._waiters: dict[int, tuple[int, asyncio.Future[Any]]] = {}
         self._inbox: list[Message] = []
@@ -161,14 +96,34 @@ class RaftNode:
         self._applied_bytes = 0  # payload bytes applied since the last compaction
         # One worker, so syncs and compactions run in order; a simulation passes its own.
         self._persister = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
-        self._unsaved = _Unsaved()  # ready to persist, waiting for the sync in flight
-        self._syncing: tuple[asyncio.Future[None], _Unsaved] | None = None
+        self._unsaved = Unsaved()  # ready to persist, waiting for the sync in flight
+        self._syncing: tuple[asyncio.Future[None], Unsaved] | None = None
         self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
         self._read_requests: list[asyncio.Future[int]] = []  # asked since the last step: one ReadIndex
         self._reads: dict[int, list[asyncio.Future[int]]] = {}  # ctx -> the requests it answers
         self._read_ctx = 0
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._sending: set[int] = set()  # peers a checkpoint is streaming to
+
+    def _load_core(self, voters: list[int], learners: list[int]) -> RaftCore:
+        """The Raft core as the stores hold it (at startup, and after running out of disk space)."""
+        log_store, machine = self.log_store, self.machine
+        applied, applied_term = machine.applied_index, machine.applied_term
+        if applied > log_store.compacted_index and applied_term and log_store.term_at(applied) != applied_term:
+            log_store.restore(applied, applied_term)  # a crash came between installing a checkpoint and this
+        core = RaftCore(
+            self.id,
+            voters,
+            log_store.hard_state(),
+            log_store.entries(),
+            compacted_index=log_store.compacted_index,
+            compacted_term=log_store.compacted_term,
+            learners=learners,
+            applied=applied,
+            seed=self._seed,
+        )
+        self._seed += 1  # a core loaded again draws other election timeouts
+        return core
 
     @property
     def is_leader(self) -> bool:
@@ -200,7 +155,7 @@ class RaftNode:
         if single:
             # Replay the log up to the new term's no-op before serving.
             target = self.core.log.last_index()
-            while self.core.applied < target:
+            while self.core.applied < target and not self._full:  # out of space: serve reads meanwhile
                 await asyncio.sleep(0.001)
 
     async def transfer_leadership(self, timeout: float = 3.0) -> bool:
@@ -223,12 +178,17 @@ class RaftNode:
         for *_, install in self._installs:
             install.set_result(False)
         self._persister.shutdown(wait=True)
-        self.machine.make_durable()
+        try:
+            self.machine.make_durable()
+        except Exception as exc:  # out of space: the state store's log still holds every apply
+            log.warning("could not sync the state store: %s", exc)
 
     async def propose(self, data: bytes) -> Any:
         """Replicates `data` and returns the state machine's result for it."""
         if not self.is_leader:
             raise NotLeader(self.core.leader)
+        if self._full:
+            raise _disk_full()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((data, fut))
         self._wake.set()
@@ -238,6 +198,8 @@ class RaftNode:
         """Replicates a one-node membership change; returns once it is applied here."""
         if not self.is_leader:
             raise NotLeader(self.core.leader)
+        if self._full:
+            raise _disk_full()
         error = self.core.membership_error(new)
         if error is not None:
             raise MembershipRefused(error)
@@ -286,7 +248,10 @@ class RaftNode:
             await self._wake.wait()
             self._wake.clear()
             try:
-                await self._step_once()
+                try:
+                    await self._step_once()
+                except OutOfSpace as exc:
+                    await self._restart_after_disk_full(exc)
             except Exception:
                 log.exception("raft driver failed; stopping")
                 if self.on_failure is not None:
@@ -408,7 +373,7 @@ class RaftNode:
     def _start_sync(self) -> None:
         if self._syncing is not None or not self._unsaved:
             return
-        batch, self._unsaved = self._unsaved, _Unsaved()
+        batch, self._unsaved = self._unsaved, Unsaved()
         fut = asyncio.get_running_loop().run_in_executor(
             self._persister, self.log_store.save, batch.hard_state, batch.entries
         )
@@ -420,7 +385,8 @@ class RaftNode:
             return False
         fut, batch = self._syncing
         self._syncing = None
-        fut.result()  # a failed sync stops the driver: nothing may be acknowledged after it
+        with out_of_space():
+            fut.result()  # a failed sync stops the driver (out of space: until it can write): nothing is acknowledged
         if batch.entries:
             last = batch.entries[-1]
             self.core.on_persisted(last.index, last.term)
@@ -433,7 +399,8 @@ class RaftNode:
 
     def _apply(self, entries: list[Entry]) -> None:
         membership = self.machine.membership
-        results = self.machine.apply(entries)
+        with out_of_space():
+            results = self.machine.apply(entries)
         for entry, result in zip(entries, results, strict=True):
             waiter = self._waiters.pop(entry.index, None)
             if waiter is None:
@@ -474,3 +441,54 @@ class RaftNode:
     def _compact_on_disk(self, index: int, term: int) -> None:
         self.machine.make_durable()
         self.log_store.compact(index, term)
+
+    async def _restart_after_disk_full(self, exc: OutOfSpace) -> None:
+        """Starts over from the stores, as a restart would, once they take writes again.
+
+        Nothing is acknowledged before its entry is synced, so dropping what is only in memory is
+        what a crash would do, and as safe. Proposals whose entries were synced keep waiting: they
+        commit and apply once the node is back. The others answer 507: on a single node their
+        entries are gone for good (a cluster may still commit one its followers got, as after any
+        leader's crash). Meanwhile reads go on from the state machine, reloaded from its store in
+        case an apply failed half-way, and the 507 disk guard keeps this rare.
+        """
+        log.error("out of disk space (%s): no writes until the stores take them again", exc)
+        self._full = True
+        if self._syncing is not None:
+            await asyncio.wait([self._syncing[0]])
+            with contextlib.suppress(OutOfSpace):
+                await self._finish_sync()
+        await asyncio.get_running_loop().run_in_executor(self._persister, lambda: None)  # queued compactions
+        self._fail_waiting(synced=self.core.log.stable)
+        self.machine.reload(self.machine.kv)
+        stores = [self.log_store.kv, self.machine.kv]
+        while not all([kv.recover() for kv in stores]):  # a list: every store gets its try
+            await asyncio.sleep(RECOVER_SECONDS)
+        self.log_store = LogStore(self.log_store.kv)  # its idea of the last index may include the failed write
+        membership = self.machine.membership
+        voters = sorted(membership.voters) if membership else self.core.voters
+        learners = sorted(membership.learners) if membership else self.core.learners
+        self.core = self._load_core(voters, learners)
+        self._unsaved, self._inbox = Unsaved(), []
+        self._last_compacted, self._applied_bytes = self.log_store.compacted_index, 0
+        if self.core.voters == [self.id]:
+            self.core.campaign()
+        self._full = False
+        self._wake.set()
+        log.info("the stores take writes again")
+
+    def _fail_waiting(self, synced: int) -> None:
+        """Fails pending reads and the proposals whose entries are not synced (index past `synced`)."""
+        unsynced = [self._waiters.pop(i)[1] for i in list(self._waiters) if i > synced]
+        for fut in [*(f for _, f in self._pending), *unsynced]:
+            if not fut.done():
+                fut.set_exception(_disk_full())
+        reads: list[asyncio.Future[Any]] = [*self._read_requests, *(f for fs in self._reads.values() for f in fs)]
+        for read in reads + [ready for _, ready in self._applied_waiters]:
+            if not read.done():
+                read.set_exception(NotLeader(0))
+        self._pending, self._read_requests, self._reads, self._applied_waiters = [], [], {}, []
+
+
+def _disk_full() -> Exception:
+    return insufficient_storage("the node is out of disk space: this write was not acknowledged; retry later")
