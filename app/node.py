@@ -12,21 +12,36 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
 from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
 from app.raft.messages import Membership
-from app.state_machine.commands import Append, CollectExpired, Command, CreateStream, Outcome, Touch, encode_envelope
+from app.security.quotas import Quotas
+from app.state_machine.commands import (
+    Append,
+    AppendBatch,
+    CollectExpired,
+    Command,
+    CreateBucket,
+    CreateStream,
+    Outcome,
+    PublishSnapshot,
+    SetAttrs,
+    Touch,
+    encode_envelope,
+)
 from app.state_machine.machine import StateMachine
 from app.state_machine.reader import Chunk, ColdMiss, ColdSource
 from app.state_machine.records import SegmentInfo, StreamMeta
+from app.storage.disk import DiskGuard
 from app.tiering.store import ObjectStore, StoreUnavailable
 
 log = logging.getLogger("rill.engine")
 
 
 READ_AHEAD_SEGMENTS = 2
+LARGE_BODY = 1 << 20
 
 
 class ColdCache(ColdSource, Protocol):
@@ -47,10 +62,37 @@ class Limits:
     snapshot_max_bytes: int = 64 * 1024 * 1024
     bootstrap_max_bytes: int = 8 * 1024 * 1024
     public_url: str | None = None  # this node's URL as clients see it: Location headers start with it
+    body_budget_bytes: int = 256 * 1024 * 1024  # request bodies held at once, all requests together
+
+
+class BodyBudget:
+    """Bytes of request bodies the node holds at once; past the budget a request gets a 503."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+
+    def take(self, size: int) -> int:
+        if self.used + size > self.total:
+            raise ProtocolError(
+                503, "server_busy", "too many request bodies in flight; retry shortly", {"retry-after": "1"}
+            )
+        self.used += size
+        return size
+
+    def give_back(self, size: int) -> None:
+        self.used -= size
 
 
 def _adds_data(command: Command) -> bool:
     return isinstance(command, Append | CreateStream) and bool(command.body)
+
+
+def _grows_storage(command: Command) -> bool:
+    """What a nearly full disk refuses. Deletes, trims, closes, TTL renewals and tiering pass: they free space."""
+    if isinstance(command, Append):
+        return bool(command.body)
+    return isinstance(command, CreateBucket | CreateStream | AppendBatch | SetAttrs | PublishSnapshot)
 
 
 Clock = Callable[[], int]  # milliseconds since the epoch
@@ -99,8 +141,12 @@ class Engine:
         hot_backlog_budget: int = 2 << 30,
         store: ObjectStore | None = None,
         clock: Clock = wall_clock_ms,
+        disk: DiskGuard | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.node = node
+        self.quotas = quotas
+        self.disk = disk
         self.now_ms = clock
         self.cold = cold
         self.store = store
@@ -115,6 +161,7 @@ class Engine:
         self.machine = machine
         self.signals = signals
         self.limits = limits
+        self.body_budget = BodyBudget(limits.body_budget_bytes)
         # Reads renew sliding TTLs here at once; the replicated renewal is rate-limited.
         self._read_touches: dict[int, int] = {}
         self._touching: set[int] = set()
@@ -126,12 +173,23 @@ class Engine:
                 503, "cold_tier_backlog", "too much data is waiting for the object store; retry later",
                 {"retry-after": "5"},
             )  # fmt: skip
+        charge = self.quotas.check(command, self.now_ms()) if self.quotas is not None else None
+        data = encode_envelope(self.now_ms(), command)
+        if self.disk is not None and _grows_storage(command):
+            self.disk.check(len(data))  # 507 below the free-space watermark
+        if isinstance(command, Append | CreateStream) and len(command.body) > LARGE_BODY:
+            # The entry holds the body now: drop this reference so a large one is held once.
+            command.body = memoryview(b"")
         try:
-            return await self.node.propose(encode_envelope(self.now_ms(), command))
+            # A large entry is a bytearray; the log only encodes, slices and decodes it, as bytes.
+            outcome = await self.node.propose(cast(bytes, data))
         except NotLeader:
             raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
         except ProposalDropped:
             raise ProtocolError(503, "retry", "leadership changed; retry the request", {"retry-after": "1"}) from None
+        if charge is not None and self.quotas is not None:
+            self.quotas.charge(charge)
+        return outcome
 
     async def read_barrier(self) -> None:
         """Brings this node's state up to everything committed so far (no-op on a single node)."""

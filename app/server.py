@@ -36,9 +36,11 @@ from app.raft.log_store import LogStore
 from app.raft.messages import Membership
 from app.routes import StreamRoutes
 from app.security.authenticator import Authenticator
+from app.security.quotas import Quotas
 from app.security.scopes import ANY_BUCKET, Action
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import COLUMN_FAMILIES
+from app.storage.disk import DiskGuard
 from app.storage.kv import KV
 from app.storage.rocks import RocksKV
 from app.storage.state_store import StateStore
@@ -160,13 +162,17 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
     if not auth.enabled and not _loopback(settings.host):
         log.warning(
             "AUTH IS OFF on %s: anyone who can reach this address can create, change and delete every "
-            "bucket and stream. Set auth = \"on\" with tokens (see README: Running it securely).",
+            'bucket and stream. Set auth = "on" with tokens (see README: Running it securely).',
             settings.host,
         )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         data_dir = Path(settings.data_dir)
+        disk = DiskGuard(
+            data_dir, settings.disk_min_free_bytes, settings.disk_min_free_ratio, settings.disk_ballast_bytes
+        )
+        disk.start()  # before the stores open: opening writes, and on a full disk the ballast makes room
         raft_kv = (open_kv or RocksKV)(data_dir / "raft", log_store.COLUMN_FAMILIES)
         state_store = StateStore(data_dir, COLUMN_FAMILIES)
         signals = Signals()
@@ -202,6 +208,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             sse_max_seconds=settings.sse_max_seconds,
             sse_ping_seconds=settings.sse_ping_seconds,
             public_url=settings.public_url.rstrip("/") if settings.public_url else None,
+            body_budget_bytes=settings.body_budget_bytes,
         )
         store = open_store(
             settings.cold_store or str((data_dir / "cold").resolve()),
@@ -221,6 +228,8 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             cold=SegmentCache(store, settings.cold_cache_bytes),
             hot_backlog_budget=settings.hot_backlog_budget,
             store=store,
+            disk=disk,
+            quotas=Quotas(machine, settings.bucket_quota, settings.bucket_quotas),
         )
         app.state.engine = engine
         tiering = TieringWorker(

@@ -46,7 +46,7 @@ def split_frames(body: bytes) -> list[bytes]:
 
 
 async def append_batch(engine: Engine, call: Call, target: StreamTarget) -> Reply:
-    frames = split_frames(await read_body(call, engine.limits.max_body_bytes))
+    frames = split_frames(await read_body(call, engine.limits.max_body_bytes, engine.body_budget))
     meta = engine.find(target.bucket, target.name)
     content_type = call.headers.get("content-type")
     if content_type is not None and media_type(content_type) != media_type(meta.content_type):
@@ -55,7 +55,7 @@ async def append_batch(engine: Engine, call: Call, target: StreamTarget) -> Repl
     bodies, where = [], []
     for i, frame in enumerate(frames):
         try:
-            bodies.append(json_record(frame, allow_empty=False) if meta.json else frame)
+            bodies.append(bytes(json_record(frame, allow_empty=False)) if meta.json else frame)
             where.append(i)
         except ProtocolError as exc:
             results[i] = {"status": exc.status, "error": exc.code}

@@ -1,21 +1,40 @@
-"""Request bodies: bounded reading (413 without buffering past the limit) and JSON-mode flattening."""
+"""Request bodies: bounded reading (413 without buffering past the limit, 503 past the node's
+in-flight budget) and JSON-mode flattening, each holding a large body once."""
 
 from __future__ import annotations
+
+import codecs
 
 import msgspec
 
 from app.domain.errors import ProtocolError, bad_request
+from app.node import BodyBudget
 from app.protocol.headers import parse_uint
 from app.protocol.http import Call
 
 _raw = msgspec.json.Decoder(msgspec.Raw)
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+# Bodies this large are read into one buffer of the declared length instead of joined pieces.
+_PREALLOCATE = 64 * 1024
+_UTF8_SLICE = 1 << 20
+_WHITESPACE = b" \t\r\n"
+
+Body = bytes | bytearray | memoryview
 
 
-async def read_body(call: Call, limit: int) -> bytes:
+async def read_body(call: Call, limit: int, budget: BodyBudget | None = None) -> bytes:
+    body = await read_buffer(call, limit, budget)
+    return body if isinstance(body, bytes) else bytes(body)
+
+
+async def read_buffer(call: Call, limit: int, budget: BodyBudget | None = None) -> bytes | bytearray:
+    """The body; a large one with a declared length arrives in one buffer of that length, no joins."""
     declared = parse_uint(call.headers.get("content-length"))
     if declared is not None and declared > limit:
         raise _too_large(limit)
+    if budget is not None and declared:
+        call.held += budget.take(declared)
+    buffer = bytearray(declared) if declared is not None and declared >= _PREALLOCATE else None
     parts: list[bytes] = []
     size = 0
     while True:
@@ -23,12 +42,22 @@ async def read_body(call: Call, limit: int) -> bytes:
         if message["type"] == "http.disconnect":
             raise ProtocolError(400, "client_disconnected", "the client went away mid-request")
         part = message.get("body", b"")
-        size += len(part)
-        if size > limit:
+        end = size + len(part)
+        if end > limit:
             raise _too_large(limit)
-        parts.append(part)
+        if budget is not None and end > call.held:
+            call.held += budget.take(end - call.held)
+        if buffer is not None and end <= len(buffer):
+            buffer[size:end] = part
+        else:
+            if buffer is not None:  # more than declared: keep what came so far as a piece
+                parts, buffer = [bytes(buffer[:size])], None
+            parts.append(part)
+        size = end
         if not message.get("more_body", False):
             break
+    if buffer is not None:
+        return buffer if size == len(buffer) else buffer[:size]
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -36,18 +65,62 @@ def _too_large(limit: int) -> ProtocolError:
     return ProtocolError(413, "payload_too_large", f"request body exceeds {limit} bytes")
 
 
-def json_record(body: bytes, *, allow_empty: bool) -> bytes:
+def json_record(body: Body, *, allow_empty: bool) -> Body:
     """Validates a JSON body and flattens one level of array into messages joined by commas.
 
-    Messages keep their exact bytes; an empty array is an empty record.
+    Messages keep their exact bytes; an empty array is an empty record. When the array has no
+    whitespace between its messages, the record is a view of the body, not a copy.
     """
+    view = memoryview(body)
+    lo, hi = _strip(view)
+    view = view[lo:hi]
+    _check_utf8(view)
     try:
-        stripped = body.strip()
-        messages = _raw_list.decode(stripped) if stripped.startswith(b"[") else [_raw.decode(stripped)]
+        array = view[:1] == b"["
+        messages = _raw_list.decode(view) if array else [_raw.decode(view)]
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise bad_request(f"invalid JSON: {exc}", "invalid_json") from None
     except RecursionError:
         raise bad_request("invalid JSON: nested too deeply", "invalid_json") from None
-    if not messages and not allow_empty:
-        raise bad_request("an empty JSON array appends nothing", "empty_json_array")
-    return b",".join(bytes(m) for m in messages)
+    if not messages:
+        if not allow_empty:
+            raise bad_request("an empty JSON array appends nothing", "empty_json_array")
+        return b""
+    if not array:
+        return view
+    total = sum(len(m) for m in messages) + len(messages) - 1
+    if total == len(view) - 2:  # `[a,b]` exactly: the inside is the record
+        return view[1:-1]
+    record = bytearray(total)
+    at = 0
+    for i, message in enumerate(messages):
+        if i:
+            record[at] = 0x2C  # ,
+            at += 1
+        chunk = memoryview(message)
+        record[at : at + len(chunk)] = chunk
+        at += len(chunk)
+    return record
+
+
+def _strip(view: memoryview) -> tuple[int, int]:
+    lo, hi = 0, len(view)
+    while lo < hi and view[lo] in _WHITESPACE:
+        lo += 1
+    while hi > lo and view[hi - 1] in _WHITESPACE:
+        hi -= 1
+    return lo, hi
+
+
+def _check_utf8(view: memoryview) -> None:
+    """JSON text is UTF-8 (RFC 8259 8.1); checked a slice at a time so a large body is not copied."""
+    try:
+        if len(view) <= _UTF8_SLICE:
+            str(view, "utf-8")
+            return
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        for start in range(0, len(view), _UTF8_SLICE):
+            decoder.decode(view[start : start + _UTF8_SLICE])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"invalid JSON: not UTF-8 at byte {exc.start}", "invalid_json") from None

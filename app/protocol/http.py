@@ -28,6 +28,7 @@ class Call:
     # is private (shared caches must not keep it).
     expires_at: int | None = None
     private: bool = False
+    held: int = 0  # bytes of the node's body budget this request holds until it ends
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Receive) -> Call:

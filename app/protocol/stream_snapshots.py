@@ -44,7 +44,7 @@ def _headers(pos: int, sha256: str, meta: StreamMeta) -> dict[str, str]:
 
 async def publish(engine: Engine, call: Call, target: StreamTarget, token: str) -> Reply:
     pos = parse_position(token)
-    body = await read_body(call, engine.limits.snapshot_max_bytes)
+    body = await read_body(call, engine.limits.snapshot_max_bytes, engine.body_budget)
     engine.find(target.bucket, target.name)
     sha256 = hashlib.sha256(body).hexdigest()
     match = call.headers.get("stream-snapshot-match")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import struct
 
+import msgspec
+
 from app.raft.messages import Entry, HardState, decode_entry, decode_hard_state, encode
-from app.storage.kv import KV, Batch
+from app.storage.kv import KV, Batch, Parts
 
 LOG_CF = "log"
 META_CF = "raft_meta"
@@ -15,6 +17,17 @@ _HARD_STATE = b"hard_state"
 _COMPACTED = b"compacted"
 _U64 = struct.Struct(">Q")
 _PAIR = struct.Struct(">QQ")
+_BIN32 = struct.Struct(">BI")
+LARGE_ENTRY = 1 << 20
+
+
+def _encoded(entry: Entry) -> bytes | Parts:
+    """The entry's msgpack encoding; a large one in pieces around its data, which is not copied."""
+    if len(entry.data) <= LARGE_ENTRY:
+        return encode(entry)
+    # [term, index, data, kind] as an array of four, with data as bin 32.
+    head = b"\x94" + msgspec.msgpack.encode(entry.term) + msgspec.msgpack.encode(entry.index)
+    return head + _BIN32.pack(0xC6, len(entry.data)), entry.data, msgspec.msgpack.encode(entry.kind)
 
 
 def _key(index: int) -> bytes:
@@ -48,7 +61,7 @@ class LogStore:
             for index in range(new_last + 1, self.last_index + 1):
                 batch.delete(LOG_CF, _key(index))
             for entry in entries:
-                batch.put(LOG_CF, _key(entry.index), encode(entry))
+                batch.put(LOG_CF, _key(entry.index), _encoded(entry))
             self.last_index = new_last
         if batch:
             self.kv.write(batch)

@@ -16,6 +16,7 @@ from starlette.types import Scope
 
 from app.cluster.http1 import Connection, connect, encode_request, parse_headers
 from app.domain.errors import error_body
+from app.node import BodyBudget
 from app.protocol.bodies import read_body
 from app.protocol.errors import error_reply
 from app.protocol.http import Call, Reply
@@ -32,8 +33,8 @@ class Forwarder:
         self._idle: dict[str, list[tuple[float, Connection]]] = {}
         self.tls = tls  # for an https:// leader (default: the system's CAs)
 
-    async def forward(self, call: Call, leader: str, max_body: int) -> Reply:
-        body = await read_body(call, max_body)
+    async def forward(self, call: Call, leader: str, max_body: int, budget: BodyBudget | None = None) -> Reply:
+        body = await read_body(call, max_body, budget)
         headers = {k: v for k, v in call.headers.items() if k not in _HOP}
         raw = encode_request(call.method, leader_target(leader, call.scope), headers, body)
         conn = self._take(leader)

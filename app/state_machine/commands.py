@@ -38,7 +38,9 @@ class CreateStream(msgspec.Struct, tag="cs", array_like=True):
     ttl: int | None = None  # seconds, sliding
     expires_at: int | None = None  # ms
     closed: bool = False
-    body: bytes = b""  # initial record (JSON: messages joined by commas); empty for none
+    # The initial record (JSON: messages joined by commas); empty for none. Decoded as a view
+    # into the log entry, so applying a large append copies it only into the store.
+    body: memoryview = memoryview(b"")
     fork_stream: str | None = None  # in the same bucket
     fork_offset: int | None = None  # None: the source's tail
     fork_sub: int = 0
@@ -54,7 +56,7 @@ class Append(msgspec.Struct, tag="ap", array_like=True):
     bucket: str
     stream: str
     content_type: str | None
-    body: bytes  # one record; empty only with close
+    body: memoryview  # one record; empty only with close; a view into the entry, as above
     stream_seq: str | None = None
     producer: Producer | None = None
     close: bool = False
@@ -175,8 +177,18 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Envelope)
 
 
-def encode_envelope(now: int, command: Command) -> bytes:
-    return _encoder.encode(Envelope(now, command))
+_LARGE_BODY = 1 << 20
+
+
+def encode_envelope(now: int, command: Command) -> bytes | bytearray:
+    envelope = Envelope(now, command)
+    if not isinstance(command, Append | CreateStream) or len(command.body) <= _LARGE_BODY:
+        return _encoder.encode(envelope)
+    # Encoded into a buffer of the final size: a growing one would hold the body twice while it grows.
+    bare = Envelope(now, msgspec.structs.replace(command, body=memoryview(b"")))
+    buffer = bytearray(len(_encoder.encode(bare)) + 4 + len(command.body))  # bin 32's length vs bin 8's
+    _encoder.encode_into(envelope, buffer)
+    return buffer
 
 
 def decode_envelope(raw: bytes) -> Envelope:

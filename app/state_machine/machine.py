@@ -161,6 +161,14 @@ class StateMachine:
     def bucket_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[r.StreamMeta]:
         return reader.bucket_streams(self.table, bucket, prefix, after)
 
+    def bucket_usage(self, bucket: str) -> tuple[int, int]:
+        """(streams, bytes of their own records still kept) of a bucket, for quotas."""
+        streams = kept = 0
+        for meta in reader.bucket_streams(self.table, bucket):
+            streams += 1
+            kept += max(0, meta.tail - max(meta.fork_pos, meta.earliest))
+        return streams, kept
+
     def owner(self, meta: r.StreamMeta, pos: int) -> r.StreamMeta:
         return reader.owner(self.table, meta, pos)
 

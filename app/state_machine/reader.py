@@ -14,6 +14,7 @@ import msgspec
 
 from app.state_machine import records as r
 from app.state_machine.table import StreamTable
+from app.storage.kv import joined
 
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -97,7 +98,7 @@ def segments(table: StreamTable, sid: int, lo: int, hi: int) -> Iterator[r.Segme
     found.update(table.kv.scan(r.SEGMENTS, start, end))
     if table.staged:
         staged = table.staged.items()
-        found.update({k: v for (cf, k), v in staged if cf == r.SEGMENTS and k[:8] == start[:8] and k < end})
+        found.update({k: joined(v) for (cf, k), v in staged if cf == r.SEGMENTS and k[:8] == start[:8] and k < end})
     for key in sorted(found):
         segment = r.decode_segment(found[key])
         if segment.hi > lo and key < end:

@@ -6,6 +6,8 @@ import struct
 
 import msgspec
 
+from app.storage.kv import Buffer, Parts
+
 # Column families of the state machine store.
 BUCKETS = "buckets"  # bucket name -> created_at (u64 ms)
 NAMES = "names"  # bucket \0 stream -> sid (u64)
@@ -34,6 +36,7 @@ _POS = struct.Struct(">QQ")
 _RECORD_HEADER = struct.Struct(">BQ")
 _PRODUCER_HEADER = struct.Struct(">QQH")
 RECORD_HEADER_SIZE = _RECORD_HEADER.size
+LARGE_RECORD = 1 << 20  # records past this are staged in pieces
 _RECORD_V1 = 1
 _RECORD_V2 = 2
 
@@ -197,13 +200,14 @@ def producer_key(sid: int, producer_id: str) -> bytes:
     return U64.pack(sid) + producer_id.encode()
 
 
-def encode_record(now: int, payload: bytes, producer: tuple[str, int, int] | None = None) -> bytes:
+def encode_record(now: int, payload: Buffer, producer: tuple[str, int, int] | None = None) -> bytes | Parts:
+    """The record's bytes; a large one as (header, payload), so the payload is not copied here."""
     if producer is None:
-        return _RECORD_HEADER.pack(_RECORD_V1, now) + payload
-    pid = producer[0].encode()
-    return (
-        _RECORD_HEADER.pack(_RECORD_V2, now) + _PRODUCER_HEADER.pack(producer[1], producer[2], len(pid)) + pid + payload
-    )
+        header = _RECORD_HEADER.pack(_RECORD_V1, now)
+    else:
+        pid = producer[0].encode()
+        header = _RECORD_HEADER.pack(_RECORD_V2, now) + _PRODUCER_HEADER.pack(producer[1], producer[2], len(pid)) + pid
+    return (header, payload) if len(payload) > LARGE_RECORD else header + payload
 
 
 def _payload_start(value: bytes) -> int:

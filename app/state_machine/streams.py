@@ -11,6 +11,7 @@ from app.state_machine.outcomes import stream_outcome
 from app.state_machine.producers import refusal, remember
 from app.state_machine.removal import remove
 from app.state_machine.table import StreamTable
+from app.storage.kv import Buffer
 
 
 def create_stream(table: StreamTable, cmd: CreateStream, now: int) -> Outcome:
@@ -138,7 +139,7 @@ def append(table: StreamTable, cmd: Append, now: int) -> Outcome:
 
 def append_batch(table: StreamTable, cmd: AppendBatch, now: int) -> Outcome:
     outcomes = [
-        append(table, Append(cmd.bucket, cmd.stream, cmd.content_type, body, touched=cmd.touched), now)
+        append(table, Append(cmd.bucket, cmd.stream, cmd.content_type, memoryview(body), touched=cmd.touched), now)
         for body in cmd.bodies
     ]
     last = outcomes[-1] if outcomes else Outcome(Code.OK)
@@ -156,7 +157,7 @@ def delete_stream(table: StreamTable, cmd: DeleteStream, now: int) -> Outcome:
 
 
 def write_record(
-    table: StreamTable, meta: r.StreamMeta, body: bytes, now: int, producer: tuple[str, int, int] | None = None
+    table: StreamTable, meta: r.StreamMeta, body: Buffer, now: int, producer: tuple[str, int, int] | None = None
 ) -> None:
     table.stage(r.DATA, r.data_key(meta.sid, meta.tail), r.encode_record(now, body, producer))
     meta.tail += len(body)

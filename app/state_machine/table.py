@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from app.raft.messages import Membership, decode_membership
 from app.state_machine import records as r
-from app.storage.kv import KV, Batch
+from app.storage.kv import KV, Batch, Parts, joined
 
 # Buckets that always exist: the legacy and compat route families live here.
 # Their names contain a dot, which user bucket names cannot.
@@ -25,7 +25,7 @@ class StreamTable:
         self.names: dict[tuple[str, str], int] = {}
         self.batch = Batch()
         # Writes of the apply batch in progress, not yet in the KV: (cf, key) -> value.
-        self.staged: dict[tuple[str, bytes], bytes] = {}
+        self.staged: dict[tuple[str, bytes], bytes | Parts] = {}
         # Streams whose metadata the batch must write, and streams whose live readers must re-check.
         self.dirty: set[int] = set()
         self.changed: set[int] = set()
@@ -54,9 +54,10 @@ class StreamTable:
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         """A value as the batch in progress sees it: staged, else committed."""
-        return self.staged.get((cf, key)) or self.kv.get(cf, key)
+        staged = self.staged.get((cf, key))
+        return joined(staged) if staged else self.kv.get(cf, key)
 
-    def stage(self, cf: str, key: bytes, value: bytes) -> None:
+    def stage(self, cf: str, key: bytes, value: bytes | Parts) -> None:
         """Writes into the batch and keeps it readable by later entries of the same batch."""
         self.batch.put(cf, key, value)
         self.staged[(cf, key)] = value

@@ -12,8 +12,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 PUT, DELETE, DELETE_RANGE = 0, 1, 2
+Buffer = bytes | bytearray | memoryview
+# A value given in pieces (a header and a payload view), so a large one is never concatenated
+# in memory before the store copies it.
+Parts = tuple[Buffer, ...]
 # One batch operation: (kind, column family, key, value or range end); applied in order.
-Op = tuple[int, str, bytes, bytes | None]
+Op = tuple[int, str, bytes, bytes | Parts | None]
+
+
+def joined(value: bytes | Parts) -> bytes:
+    return value if isinstance(value, bytes) else b"".join(value)
 
 
 @dataclass
@@ -22,7 +30,7 @@ class Batch:
 
     ops: list[Op] = field(default_factory=list)
 
-    def put(self, cf: str, key: bytes, value: bytes) -> None:
+    def put(self, cf: str, key: bytes, value: bytes | Parts) -> None:
         self.ops.append((PUT, cf, key, value))
 
     def delete(self, cf: str, key: bytes) -> None:
@@ -42,6 +50,12 @@ class KV(Protocol):
         """Yields pairs with start <= key < end, in key order."""
         ...
 
+    def scan_heads(
+        self, cf: str, start: bytes, end: bytes | None = None, size: int = 0
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """As `scan`, with at most the first `size` bytes of each value (a large one is not read whole)."""
+        ...
+
     def floor(self, cf: str, key: bytes) -> tuple[bytes, bytes] | None:
         """The pair with the greatest key <= `key`."""
         ...
@@ -52,6 +66,10 @@ class KV(Protocol):
 
     def sync_wal(self) -> None:
         """Makes every write made so far durable."""
+        ...
+
+    def recover(self) -> bool:
+        """After a write failed for want of space: True once the store takes writes again."""
         ...
 
     def close(self) -> None: ...
@@ -66,6 +84,12 @@ class MemoryKV:
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._data[cf].get(key)
+
+    def scan_heads(
+        self, cf: str, start: bytes, end: bytes | None = None, size: int = 0
+    ) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self.scan(cf, start, end):
+            yield key, value[:size]
 
     def scan(self, cf: str, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         keys = self._keys[cf]
@@ -93,13 +117,13 @@ class MemoryKV:
                 assert value is not None
                 if key not in data:
                     bisect.insort(keys, key)
-                data[key] = value
+                data[key] = joined(value)
             elif kind == DELETE:
                 if key in data:
                     del data[key]
                     keys.pop(bisect.bisect_left(keys, key))
             else:
-                assert value is not None
+                assert isinstance(value, bytes)
                 lo, hi = bisect.bisect_left(keys, key), bisect.bisect_left(keys, value)
                 for doomed in keys[lo:hi]:
                     del data[doomed]
@@ -112,6 +136,9 @@ class MemoryKV:
 
     def sync_wal(self) -> None:
         pass
+
+    def recover(self) -> bool:
+        return True
 
     def close(self) -> None:
         pass

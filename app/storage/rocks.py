@@ -1,42 +1,77 @@
-"""RocksDB implementation of the KV interface (rocksdict, raw bytes)."""
+"""RocksDB implementation of the KV interface (rocksdict, raw bytes).
+
+Out of disk space, RocksDB turns a store read-only after the first failed write, and resumes on its
+own only once `write_buffer_size` (64 MiB) is free. So a store that cannot write is reopened here
+(`recover`), and one that cannot open read-write for want of space opens read-only: reads go on.
+"""
 
 from __future__ import annotations
 
+import errno
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import rocksdict
 
-from app.storage.kv import DELETE, PUT, Batch
+from app.storage import large_values as large
+from app.storage.disk import MIB, NO_SPACE, free_bytes, is_no_space
+from app.storage.kv import DELETE, PUT, Batch, joined
+
+log = logging.getLogger("rill.storage")
+
+_PROBE = b"\x00rill-probe"  # deleted (never written) in `default` to test whether the store takes writes
+_REOPEN_SLACK = 4 * MIB  # room a reopen needs besides flushing its logs: a manifest, options, the info log
 
 
 def _options() -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    options.set_keep_log_file_num(4)  # each open rotates the info log: old ones would pile up
     return options
 
 
 class RocksKV:
     def __init__(self, path: str | Path, column_families: list[str]) -> None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        self._db = rocksdict.Rdict(
-            str(path),
-            _options(),
-            column_families={cf: _options() for cf in column_families if cf != "default"},
-        )
-        self._cfs = {cf: self._db.get_column_family(cf) for cf in column_families}
-        self._handles = {cf: self._db.get_column_family_handle(cf) for cf in column_families}
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._column_families = column_families
+        try:
+            self._open(read_only=False)
+        except Exception as exc:
+            if not is_no_space(exc):
+                raise
+            log.error("%s: no space to open for writing (%s): opened read-only", self.path, exc)
+            self._open(read_only=True)
         self._sync = rocksdict.WriteOptions()
         self._sync.sync = True
         self._nosync = rocksdict.WriteOptions()
+
+    def _open(self, read_only: bool) -> None:
+        cfs = self._column_families
+        access = rocksdict.AccessType.read_only() if read_only else rocksdict.AccessType.read_write()
+        families = {cf: _options() for cf in cfs if cf != "default"}
+        families[large.CHUNKS_CF] = large.chunk_options()
+        self._db = rocksdict.Rdict(str(self.path), _options(), column_families=families, access_type=access)
+        self.read_only = read_only
+        self._cfs = {cf: self._db.get_column_family(cf) for cf in cfs}
+        self._handles = {cf: self._db.get_column_family_handle(cf) for cf in cfs}
+        self._chunks = self._db.get_column_family(large.CHUNKS_CF)
+        self._chunks_handle = self._db.get_column_family_handle(large.CHUNKS_CF)
+        # Column families that hold (or held) a chunked value: their deletes also drop chunks.
+        self._chunked = large.families(self._chunks)
 
     @property
     def db(self) -> rocksdict.Rdict:
         return self._db
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        return self._cfs[cf].get(key)
+        value = self._cfs[cf].get(key)
+        return self._whole(cf, key, value) if value is not None else None
+
+    def _whole(self, cf: str, key: bytes, value: bytes) -> bytes:
+        return large.read(self._chunks, cf, key, value) if large.is_pointer(value) else value
 
     def scan(self, cf: str, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         it = self._cfs[cf].iter()
@@ -45,7 +80,20 @@ class RocksKV:
             key = it.key()
             if end is not None and key >= end:
                 return
-            yield key, it.value()
+            yield key, self._whole(cf, key, it.value())
+            it.next()
+
+    def scan_heads(
+        self, cf: str, start: bytes, end: bytes | None = None, size: int = 0
+    ) -> Iterator[tuple[bytes, bytes]]:
+        it = self._cfs[cf].iter()
+        it.seek(start)
+        while it.valid():
+            key = it.key()
+            if end is not None and key >= end:
+                return
+            value = it.value()
+            yield key, large.head(self._chunks, cf, key, value, size) if large.is_pointer(value) else value[:size]
             it.next()
 
     def floor(self, cf: str, key: bytes) -> tuple[bytes, bytes] | None:
@@ -53,31 +101,81 @@ class RocksKV:
         it.seek_for_prev(key)
         if not it.valid():
             return None
-        return it.key(), it.value()
+        key = it.key()
+        return key, self._whole(cf, key, it.value())
 
     def write(self, batch: Batch, sync: bool = False) -> None:
+        self._writable()
         wb = rocksdict.WriteBatch(raw_mode=True)
         handles = self._handles
         for kind, cf, key, value in batch.ops:
             if kind == PUT:
-                wb.put(key, value, handles[cf])
-            elif kind == DELETE:
-                wb.delete(key, handles[cf])
-            else:
                 assert value is not None
+                if large.size_of(value) > large.LARGE:
+                    self._chunked.add(cf)
+                    value = large.write_chunks(self._db, self._chunks_handle, self._nosync, cf, key, value)
+                wb.put(key, joined(value), handles[cf])
+                continue
+            if kind == DELETE:
+                wb.delete(key, handles[cf])
+                start, end = large.key_range(cf, key)
+            else:
+                assert isinstance(value, bytes)
                 wb.delete_range(key, value, handles[cf])
+                start, end = large.range_of(cf, key, value)
+            if cf in self._chunked:  # a key that may have held a large value: its chunks go too
+                wb.delete_range(start, end, self._chunks_handle)
         self._db.write(wb, self._sync if sync else self._nosync)
 
     def delete_range(self, cf: str, start: bytes, end: bytes, sync: bool = False) -> None:
-        wb = rocksdict.WriteBatch(raw_mode=True)
-        wb.delete_range(start, end, self._handles[cf])
-        self._db.write(wb, self._sync if sync else self._nosync)
+        batch = Batch()
+        batch.delete_range(cf, start, end)
+        self.write(batch, sync)
+
+    def _writable(self) -> None:
+        if self.read_only:  # opened so for want of space: the writer sees why
+            raise OSError(errno.ENOSPC, f"{self.path} is open read-only: {NO_SPACE}")
 
     def sync_wal(self) -> None:
         # Unlike a write with sync=True, this releases the GIL while the disk syncs.
         self._db.flush_wal(True)
 
+    def recover(self) -> bool:
+        """Makes the store take writes again after a failed one; False while it cannot yet.
+
+        A store that takes a write is left alone. Otherwise it is reopened once the disk has room to
+        flush its write-ahead logs (as opening does), and read-only again if that still fails. It
+        runs on the event loop's thread: nothing reads the store while it is closed.
+        """
+        if not self.read_only and self._probe():
+            return True
+        logs = sum(f.stat().st_size for f in self.path.glob("*.log"))
+        if free_bytes(self.path) < logs + _REOPEN_SLACK:
+            return False
+        self.close()
+        try:
+            self._open(read_only=False)
+        except Exception as exc:
+            log.warning("%s: cannot reopen for writing yet (%s): read-only meanwhile", self.path, exc)
+            self._open(read_only=True)
+            return False
+        log.info("%s: reopened, taking writes again", self.path)
+        return True
+
+    def _probe(self) -> bool:
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        wb.delete(_PROBE)
+        try:
+            self._db.write(wb, self._nosync)
+        except Exception:
+            return False
+        return True
+
     def close(self) -> None:
         self._cfs.clear()
         self._handles.clear()
-        self._db.close()
+        del self._chunks, self._chunks_handle
+        try:
+            self._db.close()
+        except Exception as exc:  # closing flushes; a store that cannot write still closes, its log intact
+            log.warning("closing %s: %s", self.path, exc)

@@ -1,0 +1,85 @@
+"""Per-bucket quotas (app/security/quotas.py) and the in-flight body budget, through requests."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from app.node import BodyBudget
+from app.security.quotas import BucketQuota
+from tests.inprocess import node_client
+from tests.protocol.helpers import TEXT, error_code, read_all
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_bucket_holds_at_most_its_quota_of_streams(tmp_path: Path) -> None:
+    async with node_client(tmp_path, bucket_quota=BucketQuota(max_streams=2)) as client:
+        assert (await client.put("/ds/quota1")).status_code == 201
+        for name in ("a", "b"):
+            assert (await client.put(f"/ds/quota1/{name}", headers=TEXT)).status_code == 201
+        error_code(await client.put("/ds/quota1/c", headers=TEXT), 429, "quota_exceeded")
+        assert (await client.put("/ds/quota1/a", headers=TEXT)).status_code == 200  # idempotent: not a new one
+        assert (await client.head("/ds/quota1/c")).status_code == 404
+        assert (await client.put("/ds/other/x", headers=TEXT)).status_code == 404  # quotas are per bucket
+        assert (await client.put("/ds/other")).status_code == 201
+        assert (await client.put("/ds/other/x", headers=TEXT)).status_code == 201
+        assert (await client.delete("/ds/quota1/b")).status_code == 204
+        await asyncio.sleep(1.1)  # usage is refreshed from the applied state at most a second late
+        assert (await client.put("/ds/quota1/c", headers=TEXT)).status_code == 201
+
+
+async def test_a_bucket_keeps_at_most_its_quota_of_bytes_and_others_are_unaffected(tmp_path: Path) -> None:
+    quotas = {"small": BucketQuota(max_bytes=100)}
+    async with node_client(tmp_path, bucket_quotas=quotas) as client:
+        for bucket in ("small", "large"):
+            assert (await client.put(f"/ds/{bucket}")).status_code == 201
+            assert (await client.put(f"/ds/{bucket}/s", headers=TEXT)).status_code == 201
+        assert (await client.post("/ds/small/s", headers=TEXT, content=b"x" * 60)).status_code == 204
+        resp = await client.post("/ds/small/s", headers=TEXT, content=b"y" * 41)
+        error_code(resp, 429, "quota_exceeded")
+        assert "100 bytes" in resp.json()["error"]["message"]
+        assert (await client.post("/ds/small/s", headers=TEXT, content=b"z" * 40)).status_code == 204
+        assert await read_all(client, "/ds/small/s") == b"x" * 60 + b"z" * 40
+        assert (await client.post("/ds/large/s", headers=TEXT, content=b"x" * 1000)).status_code == 204
+        # A create with a body counts too.
+        error_code(await client.put("/ds/small/t", headers=TEXT, content=b"w"), 429, "quota_exceeded")
+        assert (await client.head("/ds/small/t")).status_code == 404
+
+
+async def test_bodies_past_the_in_flight_budget_get_503_and_the_budget_is_returned(tmp_path: Path) -> None:
+    async with node_client(tmp_path, max_body_bytes=1000, body_budget_bytes=1500) as client:
+        assert (await client.put("/ds/budget")).status_code == 201
+        assert (await client.put("/ds/budget/s", headers=TEXT)).status_code == 201
+        # One held body keeps 1000 bytes of the budget: a second large one does not fit.
+        release = asyncio.Event()
+
+        async def slow_body() -> object:
+            yield b"a" * 900
+            await release.wait()
+            yield b"a" * 100
+
+        holding = asyncio.create_task(client.post("/ds/budget/s", headers={**TEXT, "content-length": "1000"},
+                                                  content=slow_body()))  # fmt: skip
+        await asyncio.sleep(0.2)
+        resp = await client.post("/ds/budget/s", headers=TEXT, content=b"b" * 600)
+        error_code(resp, 503, "server_busy")
+        assert resp.headers["retry-after"] == "1"
+        assert (await client.post("/ds/budget/s", headers=TEXT, content=b"c" * 400)).status_code == 204
+        release.set()
+        assert (await holding).status_code == 204
+        # Everything held was given back: a body of the whole limit fits again, many times over.
+        for _ in range(3):
+            assert (await client.post("/ds/budget/s", headers=TEXT, content=b"d" * 1000)).status_code == 204
+
+
+def test_the_budget_refuses_past_its_total_and_counts_what_is_given_back() -> None:
+    budget = BodyBudget(10)
+    assert budget.take(6) == 6
+    with pytest.raises(Exception) as exc:
+        budget.take(5)
+    assert getattr(exc.value, "status", None) == 503
+    budget.give_back(6)
+    assert budget.take(10) == 10
