@@ -24,7 +24,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from app.domain.offsets import format_offset
-from app.tiering.segment import SCHEMA, Manifest, manifest_key
+from app.tiering.keys import HASHED, manifest_candidates
+from app.tiering.segment import SCHEMA, Manifest
 from app.tiering.store import ObjectStore, StoreOptions, open_store
 
 SPARK_SCHEMA: StructType = from_arrow_schema(SCHEMA)
@@ -252,11 +253,17 @@ def store_for(opts: ReadOptions) -> ObjectStore:
 
 def _manifest_keys(store: ObjectStore, opts: ReadOptions, bounds: Bounds) -> list[str]:
     if opts.stream is not None:
-        return [manifest_key(opts.bucket, opts.stream)]
+        return manifest_candidates(opts.bucket, opts.stream)
     if bounds.streams is not None:  # pushed `stream = …` / `stream IN (…)`: no listing needed
-        return [manifest_key(opts.bucket, s) for s in sorted(bounds.streams) if s.startswith(opts.prefix or "")]
-    # A quoted name has no '/', so a stream's manifest is exactly `{bucket}/{name}/manifest.json`.
-    listed = store.list(f"{opts.bucket}/{quote(opts.prefix or '', safe='-_.~')}")
+        names = [s for s in sorted(bounds.streams) if s.startswith(opts.prefix or "")]
+        return [key for name in names for key in manifest_candidates(opts.bucket, name)]
+    # A stream's directory name has no '/', so its manifest is exactly `{bucket}/{name}/manifest.json`.
+    # Long names have hashed directories: those are listed whatever the prefix, and `plan` keeps the
+    # ones whose manifest names a matching stream.
+    prefixes = [f"{opts.bucket}/"]
+    if opts.prefix:
+        prefixes = [f"{opts.bucket}/{HASHED}", f"{opts.bucket}/{quote(opts.prefix, safe='-_.~')}"]
+    listed = (key for prefix in prefixes for key in store.list(prefix))
     return [k for k in listed if k.endswith("/manifest.json") and k.count("/") == 2]
 
 

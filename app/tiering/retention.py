@@ -33,7 +33,7 @@ def _boundary_at_or_after(machine: StateMachine, meta: StreamMeta, pos: int) -> 
         segment = machine.segment_at(meta.sid, start)
         if segment is not None:
             return next((s for s in segment.record_starts() if s >= start), segment.hi)
-    for key, _ in machine.kv.scan(r.DATA, r.data_key(meta.sid, start), r.data_key(meta.sid, meta.tail)):
+    for key, _ in machine.kv.scan_heads(r.DATA, r.data_key(meta.sid, start), r.data_key(meta.sid, meta.tail)):
         return r.data_pos(key)
     return meta.tail
 
@@ -45,7 +45,9 @@ def _first_newer(machine: StateMachine, meta: StreamMeta, cutoff: int) -> int:
         if segment.max_time >= cutoff:
             return max(pos, segment.lo)
         pos = segment.hi
-    records = machine.kv.scan(r.DATA, r.data_key(meta.sid, pos), r.data_key(meta.sid, meta.tail))
+    records = machine.kv.scan_heads(
+        r.DATA, r.data_key(meta.sid, pos), r.data_key(meta.sid, meta.tail), r.RECORD_HEADER_SIZE
+    )
     for scanned, (key, value) in enumerate(records):
         if r.record_time(value) >= cutoff or scanned >= MAX_SCAN:
             return r.data_pos(key)

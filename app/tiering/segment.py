@@ -7,16 +7,16 @@ skip them by their statistics. pyarrow, Spark and DuckDB read these files with n
 from __future__ import annotations
 
 import hashlib
-import io
 import json
+import struct
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.domain.offsets import format_offset
+from app.tiering import keys
 
 FORMAT_VERSION = 1
 ROW_GROUP_BYTES = 1 << 20
@@ -41,7 +41,7 @@ SCHEMA = pa.schema(
 class Record:
     pos: int
     time: int  # ms since the epoch
-    payload: bytes
+    payload: bytes | memoryview
     producer: tuple[str, int, int] | None = None  # id, epoch, seq
 
 
@@ -51,11 +51,8 @@ def offset_of(token: str) -> int:
 
 
 def stream_dir(bucket: str, stream: str) -> str:
-    """The key prefix of a stream's objects. Names are percent-encoded, so no name can nest in another."""
-    name = quote(stream, safe="-_.~")
-    if set(name) <= {"."}:
-        name = name.replace(".", "%2E")
-    return f"{bucket}/{name}"
+    """The key prefix of a stream's objects (see `keys`: percent-encoded, or hashed when long)."""
+    return keys.stream_dir(bucket, stream)
 
 
 def segment_key(bucket: str, stream: str, lo: int, hi: int) -> str:
@@ -67,26 +64,28 @@ def manifest_key(bucket: str, stream: str) -> str:
 
 
 def parse_key(key: str) -> tuple[str, str, int | None] | None:
-    """(bucket, stream, first position) of a segment key, or (bucket, stream, None) of a manifest key."""
-    if key.endswith("/manifest.json"):
-        directory, lo = key.removesuffix("/manifest.json"), None
-    elif "/segments/" in key:
-        directory, _, name = key.rpartition("/segments/")
-        try:
-            lo = offset_of(name.split("-", 1)[0])
-        except ValueError:
-            return None
-    else:
+    """(bucket, stream, first position) of a segment key, or (bucket, stream, None) of a manifest key.
+
+    None for other keys, and for keys in a hashed directory: only its manifest knows the name.
+    """
+    parsed = keys.parse(key)
+    if parsed is None:
         return None
-    bucket, sep, stream = directory.partition("/")
-    return (bucket, unquote(stream), lo) if sep else None
+    bucket, component, lo = parsed
+    name = keys.name_of(component)
+    return None if name is None else (bucket, name, lo)
 
 
 def build(bucket: str, stream: str, content_type: str, records: Sequence[Record]) -> bytes:
     """A Parquet file of consecutive records (the first one's position is where the segment starts)."""
+    return build_view(bucket, stream, content_type, records).tobytes()
+
+
+def build_view(bucket: str, stream: str, content_type: str, records: Sequence[Record]) -> memoryview:
+    """As `build`, as a view of the buffer Arrow wrote it into (no copy of a large segment)."""
     if not records:
         raise ValueError("a segment holds at least one record")
-    sink = io.BytesIO()
+    sink = pa.BufferOutputStream()
     lo, hi = records[0].pos, records[-1].pos + len(records[-1].payload)
     metadata = {
         b"rill.format": str(FORMAT_VERSION).encode(),
@@ -94,10 +93,18 @@ def build(bucket: str, stream: str, content_type: str, records: Sequence[Record]
         b"rill.next": str(hi).encode(),
     }
     schema = SCHEMA.with_metadata(metadata)
-    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+    # Payloads get neither statistics nor a dictionary: both copy every payload (a large record
+    # several times over) and neither helps a reader, who seeks by offset.
+    columns = [f.name for f in schema if f.name != "payload"]
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=columns, use_dictionary=columns) as writer:
         for group in _row_groups(records):
             writer.write_table(_table(bucket, stream, content_type, group, schema), row_group_size=len(group))
-    return sink.getvalue()
+    return memoryview(sink.getvalue())
+
+
+def release_memory() -> None:
+    """Hands memory Arrow keeps for reuse back to the system (after a large segment, it is a lot)."""
+    pa.default_memory_pool().release_unused()
 
 
 def _row_groups(records: Sequence[Record]) -> list[Sequence[Record]]:
@@ -127,10 +134,19 @@ def _table(bucket: str, stream: str, content_type: str, records: Sequence[Record
             pa.array([p[0] if p else None for p in producers], pa.string()),
             pa.array([p[1] if p else None for p in producers], pa.int64()),
             pa.array([p[2] if p else None for p in producers], pa.int64()),
-            pa.array([rec.payload for rec in records], pa.binary()),
+            _payloads(records),
         ],
         schema=schema,
     )
+
+
+def _payloads(records: Sequence[Record]) -> pa.Array:
+    """The payload column; one record's payload is wrapped, not copied (a large record has its own group)."""
+    if len(records) != 1:
+        return pa.array([bytes(rec.payload) for rec in records], pa.binary())
+    payload = records[0].payload
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(payload)))
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(payload)])
 
 
 @dataclass

@@ -2,12 +2,15 @@
 
 Keys are relative to the store's root (the URL's prefix or directory). Every method is
 blocking; the server calls them from worker threads. A store that cannot be reached raises
-`StoreUnavailable`, so callers can tell an outage from a missing object.
+`StoreUnavailable`, so callers can tell an outage from a missing object; one that refuses a single
+key (its name is too long, something else sits at its path, access to it is denied) raises the
+subclass `KeyRejected`, so the tiering worker can set that stream aside and go on with the others.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 from collections.abc import Iterator
@@ -19,6 +22,21 @@ from urllib.parse import unquote, urlsplit
 
 class StoreUnavailable(Exception):
     """The object store could not be reached or refused the request; retry later."""
+
+
+class KeyRejected(StoreUnavailable):
+    """The store refused this one key; others may be fine (an outage is a plain StoreUnavailable)."""
+
+
+# Errors about one path, not the whole directory (ENOSPC, EIO, EROFS... are about all of it).
+_KEY_ERRNOS = frozenset(
+    {errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ELOOP, errno.EACCES, errno.EPERM,
+     errno.EINVAL, errno.EILSEQ}
+)  # fmt: skip
+# A path that cannot exist (too long, or through a regular file) holds no object.
+_NO_SUCH_PATH = frozenset({errno.ENOTDIR, errno.ENAMETOOLONG})
+# S3 error codes about one key or its permissions; any other code is treated as an outage.
+_KEY_CODES = frozenset({"KeyTooLongError", "AccessDenied", "403", "InvalidArgument", "InvalidObjectState"})
 
 
 @dataclass(frozen=True)
@@ -44,7 +62,7 @@ class ObjectInfo:
 class ObjectStore(Protocol):
     url: str
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         """Writes the whole object atomically, recording its SHA-256."""
         ...
 
@@ -63,7 +81,7 @@ class ObjectStore(Protocol):
         ...
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -74,13 +92,25 @@ class FileStore:
         self.root = Path(root).resolve()
         self.url = self.root.as_uri()
 
+    def _usable(self, mode: int) -> bool:
+        return os.path.isdir(self.root) and os.access(self.root, mode | os.X_OK)
+
+    def _error(self, exc: OSError, mode: int = os.R_OK) -> StoreUnavailable:
+        """KeyRejected for an error about the key's own path; an unusable root is an outage."""
+        if exc.errno in _KEY_ERRNOS and self._usable(mode):
+            return KeyRejected(str(exc))
+        return StoreUnavailable(str(exc))
+
+    def _missing(self, exc: OSError) -> bool:
+        return isinstance(exc, FileNotFoundError) or (exc.errno in _NO_SUCH_PATH and self._usable(os.R_OK))
+
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()
         if not path.is_relative_to(self.root):
             raise ValueError(f"key escapes the store: {key!r}")
         return path
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,32 +126,33 @@ class FileStore:
             finally:
                 os.close(dir_fd)
         except OSError as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            raise self._error(exc, os.W_OK) from exc
 
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
-        except FileNotFoundError:
-            raise KeyError(key) from None
         except OSError as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            if self._missing(exc):
+                raise KeyError(key) from None
+            raise self._error(exc) from exc
 
     def stat(self, key: str) -> ObjectInfo | None:
         # A directory keeps no metadata, so the digest is recomputed: a real read-back check.
         try:
             data = self._path(key).read_bytes()
-        except FileNotFoundError:
-            return None
         except OSError as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            if self._missing(exc):
+                return None
+            raise self._error(exc) from exc
         return ObjectInfo(len(data), sha256_hex(data))
 
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
-            path.unlink(missing_ok=True)
+            path.unlink()
         except OSError as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            if not self._missing(exc):
+                raise self._error(exc, os.W_OK) from exc
         # Drop directories the removal left empty, up to the root.
         parent = path.parent
         while parent != self.root:
@@ -181,14 +212,15 @@ class S3Store:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise KeyError(kwargs.get("Key")) from None
-            raise StoreUnavailable(f"{method}: {code or exc}") from exc
+            raise (KeyRejected if code in _KEY_CODES else StoreUnavailable)(f"{method}: {code or exc}") from exc
         except BotoCoreError as exc:
             raise StoreUnavailable(f"{method}: {exc}") from exc
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         # Content-MD5 makes the store reject a body damaged in transit; the SHA-256 is kept for readers.
         md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
-        self._call("put_object", Key=self._key(key), Body=data, ContentMD5=md5, Metadata={"sha256": sha256_hex(data)})
+        body = data if isinstance(data, bytes) else bytes(data)  # botocore takes bytes or files, not views
+        self._call("put_object", Key=self._key(key), Body=body, ContentMD5=md5, Metadata={"sha256": sha256_hex(data)})
 
     def get(self, key: str) -> bytes:
         body = self._call("get_object", Key=self._key(key))["Body"]

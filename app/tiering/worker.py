@@ -6,15 +6,20 @@ never race for the same key. Across leaders, a deletion runs only after a read b
 leader has applied everything committed, its own term included) and only for keys the
 replicated state no longer references; re-tiering a key takes it off the queue in the same apply.
 An upload whose proposal has an ambiguous outcome is left alone: it may yet be committed.
+
+A failure of one stream's objects (the store rejects its keys) sets that stream aside with its own
+exponential backoff; the pass goes on with the others. Only an outage (the store cannot be reached)
+or a lost leadership stops the pass, as one stream cannot be told from another then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import unquote
 
 from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
@@ -22,9 +27,11 @@ from app.state_machine import records as r
 from app.state_machine.commands import Code, Command, Evict, ForgetObjects, Outcome, Retain, TierSegment
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import SegmentInfo, StreamMeta
+from app.tiering import keys
 from app.tiering import segment as seg
+from app.tiering.backoff import Backoff
 from app.tiering.retention import retention_target
-from app.tiering.store import ObjectStore, StoreUnavailable, sha256_hex
+from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256_hex
 
 log = logging.getLogger("rill.tiering")
 
@@ -36,6 +43,9 @@ class TieringConfig:
     segment_max_records: int = 100_000  # bounds the boundary list a TierSegment entry carries
     local_disk_budget: int = 1 << 30
     interval: float = 0.5
+    retry_base: float = 1.0  # seconds before a failing stream's first retry; doubles per failure
+    retry_max: float = 300.0
+    retry_jitter: float = 0.2  # each delay is shortened by up to this fraction, at random
 
 
 class Proposer(Protocol):
@@ -63,10 +73,15 @@ class TieringWorker:
         self.available = True
         self.last_error: str | None = None
         self.uploaded = 0
-        # name -> (sid, tiered, earliest) as its published manifest shows them
-        self._published: dict[tuple[str, str], tuple[int, int, int]] = {}
+        # name -> ((sid, tiered, earliest) as its published manifest shows them, the manifest's key)
+        self._published: dict[tuple[str, str], tuple[tuple[int, int, int], str]] = {}
+        # Streams (by sid) and queued deletions (by key) that failed on their own, and when to retry.
+        self.failing: Backoff[int] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
+        self.deletions: Backoff[str] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
+        self._hashed: dict[tuple[str, str], int] | None = None  # (bucket, hashed component) -> sid
 
     def status(self) -> dict[str, Any]:
+        now = self.node.now_ms()
         return {
             "store": self.store.url,
             "available": self.available,
@@ -75,13 +90,19 @@ class TieringWorker:
             "local_bytes": self.machine.local_bytes,
             "deletion_queue": sum(1 for _ in self.machine.kv.scan(r.GC_QUEUE, b"")),
             "segments_uploaded": self.uploaded,
+            "failing": self.failing.report(now),
+            "failing_count": len(self.failing.failures),
+            "deletions_failing": self.deletions.report(now, limit=10),
+            "deletions_failing_count": len(self.deletions.failures),
         }
 
     async def run_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.interval)
             if not self.node.is_leader:
-                self._published.clear()  # a later term republishes every manifest
+                self._published.clear()  # a later term republishes every manifest and retries everything
+                self.failing.clear()
+                self.deletions.clear()
                 continue
             try:
                 await self.run_once()
@@ -98,14 +119,39 @@ class TieringWorker:
     async def run_once(self) -> None:
         """One pass: everything due is tiered, published, evicted and collected."""
         await self.node.read_barrier()
+        self.failing.keep_only(lambda sid: sid in self.machine.streams)
+        now = self.node.now_ms()
         for meta in sorted(self._due(), key=lambda m: m.sid):
-            while self._is_due(meta) and self.machine.streams.get(meta.sid) is meta:
-                if not await self._tier_one(meta):
-                    break
+            if self.failing.ready(meta.sid, now):
+                await self._isolated(meta, self._tier_stream)
         await self._retain()
         await self._publish_manifests()
         await self._evict()
         await self._collect()
+
+    async def _isolated(self, meta: StreamMeta, work: Callable[[StreamMeta], Awaitable[None]]) -> None:
+        """Runs one stream's store work; a failure of that stream alone sets it aside until its next retry."""
+        try:
+            await work(meta)
+        except Exception as exc:
+            outage = isinstance(exc, StoreUnavailable) and not isinstance(exc, KeyRejected)
+            if outage or isinstance(exc, ProtocolError):
+                raise  # the store is down or leadership changed: the whole pass waits
+            if not isinstance(exc, KeyRejected):
+                log.exception("tiering %s/%s failed", meta.bucket, meta.name)
+            error = str(exc) or type(exc).__name__
+            failure = self.failing.failed(meta.sid, self.node.now_ms(), error, bucket=meta.bucket, stream=meta.name)
+            log.warning(
+                "tiering %s/%.100s failed (attempt %d, next in %.1fs): %s",
+                meta.bucket, meta.name, failure.attempts, (failure.retry_at - self.node.now_ms()) / 1000, error,
+            )  # fmt: skip
+        else:
+            self.failing.succeeded(meta.sid)
+
+    async def _tier_stream(self, meta: StreamMeta) -> None:
+        while self._is_due(meta) and self.machine.streams.get(meta.sid) is meta:
+            if not await self._tier_one(meta):
+                return
 
     async def _retain(self) -> None:
         """Applies streams' automatic retention (max-age, max-bytes)."""
@@ -126,15 +172,19 @@ class TieringWorker:
             return False
         if pending >= self.config.segment_max_bytes:
             return True
-        first = self.machine.kv.get(r.DATA, r.data_key(meta.sid, meta.tiered))
+        # The first record's header only: its time; a large record is not read whole every pass.
+        key, end = r.data_key(meta.sid, meta.tiered), r.data_key(meta.sid, meta.tiered + 1)
+        first = next((head for _, head in self.machine.kv.scan_heads(r.DATA, key, end, r.RECORD_HEADER_SIZE)), None)
         return first is not None and self.node.now_ms() - r.record_time(first) >= self.config.segment_max_age * 1000
 
     async def _tier_one(self, meta: StreamMeta) -> bool:
-        built = await asyncio.to_thread(self._build, meta, meta.tiered, meta.tail)
+        built = await asyncio.to_thread(self._build, meta, meta.tiered, meta.tail, self._dir(meta))
         if built is None:
             return False
         segment, data = built
         await asyncio.to_thread(self._upload, segment, data)
+        del data, built
+        seg.release_memory()
         outcome = await self.node.submit(TierSegment(meta.sid, segment))
         if outcome.code is not Code.OK:
             log.info("segment %s was not recorded (%s)", segment.key, outcome.code.value)
@@ -142,12 +192,21 @@ class TieringWorker:
         self.uploaded += 1
         return True
 
-    def _build(self, meta: StreamMeta, lo: int, tail: int) -> tuple[SegmentInfo, bytes] | None:
+    def _dir(self, meta: StreamMeta) -> str:
+        """Where the stream's next objects go: beside its last segment, so a stream tiered under an older
+        key layout keeps one directory (and one manifest); the current layout for a stream without any."""
+        if meta.tiered > meta.fork_pos:
+            last = self.machine.segment_at(meta.sid, meta.tiered - 1)
+            if last is not None and "/segments/" in last.key:
+                return keys.dir_of(last.key)
+        return seg.stream_dir(meta.bucket, meta.name)
+
+    def _build(self, meta: StreamMeta, lo: int, tail: int, directory: str) -> tuple[SegmentInfo, memoryview] | None:
         """The next segment from committed records at `lo`, and its file; None if they changed under us."""
         records: list[seg.Record] = []
         size, expected = 0, lo
         for key, value in self.machine.kv.scan(r.DATA, r.data_key(meta.sid, lo), r.data_key(meta.sid, tail)):
-            pos, payload = r.data_pos(key), bytes(r.record_payload(value))
+            pos, payload = r.data_pos(key), r.record_payload(value)
             if pos != expected:
                 return None  # the stream was deleted or evicted meanwhile
             records.append(seg.Record(pos, r.record_time(value), payload, r.record_producer(value)))
@@ -158,29 +217,44 @@ class TieringWorker:
         if not records:
             return None
         times = [rec.time for rec in records]
-        data = seg.build(meta.bucket, meta.name, meta.content_type, records)
-        object_key = seg.segment_key(meta.bucket, meta.name, lo, expected)
+        data = seg.build_view(meta.bucket, meta.name, meta.content_type, records)
+        object_key = f"{directory}/segments/{format_offset(lo)}-{format_offset(expected)}.parquet"
         starts = r.encode_starts(lo, [rec.pos for rec in records])
         return SegmentInfo(lo, expected, object_key, len(data), sha256_hex(data), min(times), max(times), starts), data
 
-    def _upload(self, segment: SegmentInfo, data: bytes) -> None:
+    def _upload(self, segment: SegmentInfo, data: bytes | memoryview) -> None:
         self.store.put(segment.key, data)
         info = self.store.stat(segment.key)
         if info is None or info.size != segment.size or info.sha256 not in (None, segment.sha256):
-            raise StoreUnavailable(f"uploaded {segment.key} but the store holds something else")
+            raise KeyRejected(f"uploaded {segment.key} but the store holds something else")
 
     async def _publish_manifests(self) -> None:
+        now = self.node.now_ms()
         for meta in list(self.machine.streams.values()):
-            name = (meta.bucket, meta.name)
-            version = (meta.sid, meta.tiered, meta.earliest)
-            if meta.tiered <= meta.fork_pos or self._published.get(name) == version:
+            published = self._published.get((meta.bucket, meta.name))
+            if meta.tiered <= meta.fork_pos or (published and published[0] == self._version(meta)):
                 continue
-            manifest = self._manifest(meta)
-            await asyncio.to_thread(self.store.put, seg.manifest_key(*name), manifest.to_json())
-            self._published[name] = version
+            if self.failing.ready(meta.sid, now):
+                await self._isolated(meta, self._publish)
 
-    def _manifest(self, meta: StreamMeta) -> seg.Manifest:
-        prefix = seg.stream_dir(meta.bucket, meta.name) + "/"
+    @staticmethod
+    def _version(meta: StreamMeta) -> tuple[int, int, int]:
+        return meta.sid, meta.tiered, meta.earliest
+
+    async def _publish(self, meta: StreamMeta) -> None:
+        version, directory = self._version(meta), self._manifest_dir(meta)
+        manifest = self._manifest(meta, directory)
+        key = f"{directory}/manifest.json"
+        await asyncio.to_thread(self.store.put, key, manifest.to_json())
+        self._published[(meta.bucket, meta.name)] = (version, key)
+
+    def _manifest_dir(self, meta: StreamMeta) -> str:
+        """The directory of the stream's own segments: its manifest goes beside them."""
+        first = next(iter(self.machine.segments(meta.sid, meta.fork_pos, meta.tiered)), None)
+        return keys.dir_of(first.key) if first is not None else self._dir(meta)
+
+    def _manifest(self, meta: StreamMeta, directory: str) -> seg.Manifest:
+        prefix = directory + "/"
         entries = [
             seg.SegmentEntry(
                 path=s.key.removeprefix(prefix),
@@ -212,32 +286,57 @@ class TieringWorker:
                 excess -= freed
 
     async def _collect(self) -> None:
-        """Deletes queued objects that nothing references any more, then takes them off the queue."""
-        keys = [key.decode() for key, _ in self.machine.kv.scan(r.GC_QUEUE, b"")][:1000]
+        """Deletes queued objects that nothing references any more, then takes them off the queue.
+
+        A key the store refuses to delete stays queued, retried on its own backoff; the others go on.
+        """
+        now, self._hashed = self.node.now_ms(), None
+        self.deletions.keep_only(lambda key: self.machine.kv.get(r.GC_QUEUE, key.encode()) is not None)
+        queued = (key.decode() for key, _ in self.machine.kv.scan(r.GC_QUEUE, b""))
+        batch = list(itertools.islice((key for key in queued if self.deletions.ready(key, now)), 1000))
         done = []
-        for key in keys:
+        for key in batch:
             if not self._referenced(key):
-                await asyncio.to_thread(self.store.delete, key)
-                self._published = {n: v for n, v in self._published.items() if seg.manifest_key(*n) != key}
+                try:
+                    await asyncio.to_thread(self.store.delete, key)
+                except KeyRejected as exc:
+                    failure = self.deletions.failed(key, self.node.now_ms(), str(exc), object=key)
+                    log.warning("deleting %.300s failed (attempt %d): %s", key, failure.attempts, exc)
+                    continue
+                self.deletions.succeeded(key)
+                self._published = {n: v for n, v in self._published.items() if v[1] != key}
             done.append(key)
         if done:
             await self.node.submit(ForgetObjects(done))
 
+    def _owner(self, bucket: str, component: str) -> StreamMeta | None:
+        """The stream now holding the name whose objects live in `{bucket}/{component}/`."""
+        name = keys.name_of(component)
+        if name is not None:
+            return self.machine.lookup(bucket, name)
+        if self._hashed is None:  # built once per pass, and only if the queue holds a hashed key
+            # Percent-encoding at most triples a name's bytes: shorter names are never hashed.
+            self._hashed = {
+                (b, keys.stream_component(n)): sid
+                for (b, n), sid in self.machine.names.items()
+                if 3 * len(n.encode()) > keys.MAX_COMPONENT_BYTES
+            }
+        sid = self._hashed.get((bucket, component))
+        return None if sid is None else self.machine.streams.get(sid)
+
     def _referenced(self, key: str) -> bool:
         if key in self.node.uploading:
             return True
-        if "/snapshots/" in key:
-            bucket, _, stream = key.rpartition("/snapshots/")[0].partition("/")
-            snapshot_owner = self.machine.lookup(bucket, unquote(stream))
-            return snapshot_owner is not None and key in self.machine.snapshot_keys(snapshot_owner.sid)
-        parsed = seg.parse_key(key)
-        if parsed is None:
-            return False
-        bucket, stream, lo = parsed
-        meta = self.machine.lookup(bucket, stream)
+        parts = keys.split_dir(keys.dir_of(key))
+        meta = None if parts is None else self._owner(*parts)
         if meta is None:
             return False
-        if lo is None:  # the manifest: needed while the stream has segments of its own
-            return meta.tiered > meta.fork_pos
-        segment = self.machine.segment_at(meta.sid, lo)
+        if "/snapshots/" in key:
+            return key in self.machine.snapshot_keys(meta.sid)
+        parsed = keys.parse(key)
+        if parsed is None:
+            return False
+        if parsed[2] is None:  # the manifest: needed while the stream has segments of its own beside it
+            return meta.tiered > meta.fork_pos and f"{self._manifest_dir(meta)}/manifest.json" == key
+        segment = self.machine.segment_at(meta.sid, parsed[2])
         return segment is not None and segment.key == key
