@@ -33,6 +33,8 @@ def parse_attrs(raw: bytes) -> bytes:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         message = f'attributes must be {{"title"?: string, "metadata"?: object}}: {exc}'
         raise bad_request(message, "invalid_attrs") from None
+    except UnicodeDecodeError:  # msgspec raises it, not DecodeError, for bad UTF-8 inside a string
+        raise bad_request("attributes must be JSON in valid UTF-8", "invalid_attrs") from None
     canonical = _encoder.encode(attrs)
     return b"" if canonical == b"{}" else canonical
 
@@ -44,7 +46,8 @@ async def get_attrs(engine: Engine, target: StreamTarget) -> Reply:
 
 
 async def put_attrs(engine: Engine, call: Call, target: StreamTarget) -> Reply:
-    body = await read_body(call, engine.limits.max_body_bytes)  # past 16 KiB, parse_attrs answers 400
+    # Past 16 KiB, parse_attrs answers 400.
+    body = await read_body(call, engine.limits.max_body_bytes, engine.body_budget)
     attrs = parse_attrs(body)
     engine.find(target.bucket, target.name)
     raise_for(await engine.submit(SetAttrs(target.bucket, target.name, attrs)))

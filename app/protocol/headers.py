@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from app.domain.errors import bad_request
 from app.state_machine.commands import Producer
@@ -41,17 +41,21 @@ def parse_expires_at(value: str | None) -> int | None:
         moment = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
     except ValueError:
         raise bad_request("Stream-Expires-At is not a valid date", "invalid_expires_at") from None
-    ms = int(moment.timestamp() * 1000)
+    # Integer arithmetic: timestamp() * 1000 is a float, which lands 1 ms early for some instants.
+    ms = (moment - _EPOCH) // _MS
     if not 0 <= ms <= _LATEST_EXPIRY_MS:
         raise bad_request("Stream-Expires-At must be between 1970 and 9999 (UTC)", "invalid_expires_at")
     return ms
 
 
-_LATEST_EXPIRY_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+_LATEST_EXPIRY_MS = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH) // _MS
 
 
 def format_expires_at(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # Exact, unlike fromtimestamp(ms / 1000), whose float rounding reports late instants 1 ms early.
+    return (_EPOCH + ms * _MS).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_flag(headers: Mapping[str, str], name: str) -> bool:

@@ -35,9 +35,9 @@ _ERRORS: dict[Code, tuple[int, str]] = {
     Code.SNAPSHOT_LATEST: (409, "the latest snapshot cannot be deleted"),
 }
 
-# Error codes a client sees where they differ from the outcome's name: a missing stream is
-# `stream_not_found` whichever method found it missing.
-_CODES = {Code.NOT_FOUND: "stream_not_found"}
+# Error codes a client sees where they differ from the outcome's name: a missing (or deleted but
+# forked) stream answers the same code whichever method found it so, as reads do (app/node.py).
+_CODES = {Code.NOT_FOUND: "stream_not_found", Code.GONE: "stream_gone"}
 
 CACHE_PUBLIC = "public, max-age=60, stale-while-revalidate=300"
 CACHE_PRIVATE = "private, max-age=60, stale-while-revalidate=300"  # data behind a token

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 from app.domain.errors import bad_request
 
 MAX_STREAM_ID_BYTES = 1024
+
+# C0, DEL and C1: an id holding one could forge lines in logs and break tools that print ids.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 # The /ds sub-resources of a stream, as trailing path segments: kind -> (methods without an
 # offset argument, methods with one, as in snapshot/{offset}). No /ds stream id may end in them.
@@ -29,14 +33,38 @@ class StreamTarget:
     base: str  # the path prefix stream ids live under, ending in "/"
 
     def resolve(self, reference: str) -> str:
-        """A stream id from a path (or URL) in the same family, e.g. Stream-Forked-From."""
+        """A stream id from a path (or URL) in the same family, e.g. Stream-Forked-From.
+
+        The path is percent-decoded as a request path is, so the Location of a stream names it."""
         try:
             path = urlsplit(reference).path if "://" in reference else reference
         except ValueError:
             raise bad_request("Stream-Forked-From is not a valid path or URL", "invalid_fork") from None
+        path = _percent_decode(_header_bytes(path), "Stream-Forked-From")
         name = path[len(self.base) :] if path.startswith(self.base) else path.lstrip("/")
         validate_stream_id(name)
         return name
+
+
+def decode_path(raw: bytes) -> str:
+    """A request's path from the bytes the client sent (ASGI `raw_path`), percent-decoded as strict
+    UTF-8: servers decode `scope["path"]` leniently, turning `%ff` into U+FFFD, another stream's id."""
+    return _percent_decode(raw, "the request path")
+
+
+def _percent_decode(raw: bytes, what: str) -> str:
+    try:
+        return (unquote_to_bytes(raw) if b"%" in raw else raw).decode()
+    except UnicodeDecodeError:
+        raise bad_request(f"{what} is not valid UTF-8 once percent-decoded", "invalid_stream_id") from None
+
+
+def _header_bytes(value: str) -> bytes:
+    # Header values arrive decoded as latin-1, so this gives back the bytes the client sent.
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:  # a value built in process, already text
+        return value.encode()
 
 
 @lru_cache(maxsize=65536)
@@ -46,8 +74,9 @@ def validate_stream_id(name: str, *, ds: bool = False) -> None:
         raise bad_request("stream id is empty", "invalid_stream_id")
     if len(name.encode()) > MAX_STREAM_ID_BYTES:
         raise bad_request("stream id is longer than 1 KiB", "invalid_stream_id")
-    if "\x00" in name:
-        raise bad_request("stream id contains NUL", "invalid_stream_id")
+    control = _CONTROL.search(name)
+    if control is not None:
+        raise bad_request(f"stream id contains control character U+{ord(control[0]):04X}", "invalid_stream_id")
     segments = name.split("/")
     if any(seg in ("", ".", "..") for seg in segments):
         raise bad_request("stream id has an empty, '.' or '..' segment", "invalid_stream_id")

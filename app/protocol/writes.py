@@ -7,7 +7,7 @@ from app.domain.media import DEFAULT_CONTENT_TYPE, JSON, media_type
 from app.domain.offsets import parse_position
 from app.node import Engine
 from app.protocol.attrs import parse_attrs
-from app.protocol.bodies import json_record, read_body
+from app.protocol.bodies import Body, json_record, read_buffer
 from app.protocol.headers import (
     parse_expires_at,
     parse_flag,
@@ -21,6 +21,7 @@ from app.protocol.responses import raise_for, write_headers
 from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
+from app.tiering.keys import check_storable
 
 
 def _require_bucket(engine: Engine, target: StreamTarget) -> None:
@@ -61,12 +62,13 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         fork_offset = 0 if fork_offset_raw == "-1" else parse_position(fork_offset_raw)
     content_type = h.get("content-type")
     _require_bucket(engine, target)
+    check_storable(engine.store, target.bucket, target.name)
     if fork_name is not None and content_type is None:
         source = engine.machine.lookup(target.bucket, fork_name)
         is_json = source is not None and source.json
     else:
         is_json = media_type(content_type or DEFAULT_CONTENT_TYPE) == JSON
-    body = await read_body(call, engine.limits.max_body_bytes)
+    body: Body = await read_buffer(call, engine.limits.max_body_bytes, engine.body_budget)
     if body and is_json:
         body = json_record(body, allow_empty=True)
     outcome = await engine.submit(
@@ -78,7 +80,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
             ttl=ttl,
             expires_at=expires_at,
             closed=closed,
-            body=body,
+            body=memoryview(body),
             fork_stream=fork_name,
             fork_offset=fork_offset,
             fork_sub=fork_sub,
@@ -105,7 +107,7 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     producer = parse_producer(h)
     close = parse_flag(h, "stream-closed")
     stream_seq = parse_stream_seq(h.get("stream-seq"))
-    body = await read_body(call, engine.limits.max_body_bytes)
+    body: Body = await read_buffer(call, engine.limits.max_body_bytes, engine.body_budget)
     content_type = h.get("content-type")
     if body:
         if content_type is None:
@@ -115,18 +117,18 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     elif not close:
         raise bad_request("an append needs a body (or Stream-Closed: true)", "empty_body")
     _require_bucket(engine, target)
-    outcome = await engine.submit(
-        Append(
-            target.bucket,
-            target.name,
-            content_type if body else None,
-            body,
-            stream_seq,
-            producer,
-            close,
-            touched=_touched(engine, target),
-        )
+    command = Append(
+        target.bucket,
+        target.name,
+        content_type if body else None,
+        memoryview(body),
+        stream_seq,
+        producer,
+        close,
+        touched=_touched(engine, target),
     )
+    del body  # the engine drops the command's reference once the entry holds the bytes
+    outcome = await engine.submit(command)
     raise_for(outcome)
     return Reply(200 if outcome.fresh_producer else 204, write_headers(outcome))
 

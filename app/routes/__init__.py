@@ -19,7 +19,7 @@ from app.protocol.errors import error_reply, render_error
 from app.protocol.extensions import Extension, serve_extension
 from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
-from app.protocol.target import StreamTarget
+from app.protocol.target import StreamTarget, decode_path
 from app.routes import compat, ds, legacy
 from app.routes.forward import Forwarder, leader_redirect
 from app.security.authenticator import Authenticator
@@ -49,20 +49,25 @@ class StreamRoutes:
         if not scope["path"].startswith(_PREFIXES):
             await self.fallback(scope, receive, with_security_headers(send))
             return
+        call = Call.from_scope(scope, receive)
         try:
-            await self._serve(scope, receive, send)
+            await self._serve(call, send)
         except Exception:
             # Never a bare 500: log it and answer in the protocol's error shape if we still can.
-            log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            # %r: a path may hold CR/LF, which must not start a forged log line.
+            log.exception("unhandled error on %s %r", scope["method"], scope["path"])
             with contextlib.suppress(Exception):
                 await send_reply(send, error_reply(500, "internal_error", "internal server error"))
+        finally:
+            if call.held:
+                self.fallback.state.engine.body_budget.give_back(call.held)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        call = Call.from_scope(scope, receive)
+    async def _serve(self, call: Call, send: Send) -> None:
+        scope = call.scope
         engine = self.fallback.state.engine
         head_only = call.method == "HEAD"
         try:
-            target = _target(call.path)
+            target = _target(scope)
             if self.auth.enabled:
                 await self._authorize(call, target)
         except ProtocolError as exc:
@@ -72,7 +77,7 @@ class StreamRoutes:
             # Writes go to the leader; reads are served here (tail answers after a ReadIndex barrier).
             leader = engine.leader_url()
             if leader is not None and engine.forward_writes:
-                reply = await self.forwarder.forward(call, leader, engine.limits.max_body_bytes)
+                reply = await self.forwarder.forward(call, leader, engine.limits.max_body_bytes, engine.body_budget)
             else:
                 reply = leader_redirect(leader, scope)
             await send_reply(send, reply, head_only=head_only)
@@ -102,7 +107,18 @@ class StreamRoutes:
         call.private = not public
 
 
-def _target(path: str) -> StreamTarget | Extension | str:
+def _target(scope: Scope) -> StreamTarget | Extension | str:
+    """What a request names, from the path as the client sent it (strictly decoded, see decode_path)."""
+    raw = scope.get("raw_path")
+    try:
+        path = scope["path"] if raw is None else decode_path(raw)
+    except ProtocolError:
+        _path_target(scope["path"])  # a bad /ds bucket id is reported as one
+        raise
+    return _path_target(path)
+
+
+def _path_target(path: str) -> StreamTarget | Extension | str:
     """What a stream path names: a stream, a /ds sub-resource, or (a /ds bucket) the bucket's id."""
     if path.startswith(ds.PREFIX):
         return ds.target(path)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.protocol.headers import (
     MAX_SAFE_INTEGER,
@@ -113,14 +115,7 @@ def test_format_expires_at_is_utc_with_milliseconds(ms: int, text: str) -> None:
     assert format_expires_at(ms) == text
 
 
-EXPIRY_ROUNDING = pytest.mark.xfail(
-    strict=True,
-    reason="parse_expires_at truncates int(timestamp() * 1000): for some instants the float product falls just "
-    "below the integer, so the stored expiry is 1 ms early (about 1 in 200 between 2026 and 2100)",
-)
-
-
-@EXPIRY_ROUNDING
+# Instants where float arithmetic (timestamp() * 1000, ms / 1000) once landed 1 ms early.
 @pytest.mark.parametrize(
     ("text", "ms"), [("1970-01-01T02:19:17.103Z", 8357103), ("2038-09-19T02:19:57.956Z", 2168475597956)]
 )
@@ -129,13 +124,13 @@ def test_parse_expires_at_keeps_every_millisecond(text: str, ms: int) -> None:
     assert parse_expires_at(text) == ms
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="format_expires_at rounds ms / 1000 (a float) to microseconds, then isoformat truncates to "
-    "milliseconds: from about year 2300 on, a quarter to a half of instants are reported 1 ms early",
-)
 def test_format_expires_at_keeps_every_millisecond() -> None:
     assert format_expires_at(253401925441770) == "9999-12-27T15:44:01.770Z"
+
+
+@given(st.integers(min_value=0, max_value=LATEST_MS))
+def test_expires_at_round_trips_exactly(ms: int) -> None:
+    assert parse_expires_at(format_expires_at(ms)) == ms
 
 
 @pytest.mark.parametrize(
@@ -252,7 +247,6 @@ async def test_stream_ttl_is_stored_and_reported(client: httpx.AsyncClient, path
     assert "stream-expires-at" not in head.headers
 
 
-@EXPIRY_ROUNDING
 async def test_stream_expires_at_with_milliseconds_is_reported_as_sent(client: httpx.AsyncClient, path: str) -> None:
     await create(client, path, headers={**TEXT, "stream-expires-at": "2038-09-19T02:19:57.956Z"})
     assert (await client.head(path)).headers["stream-expires-at"] == "2038-09-19T02:19:57.956Z"
