@@ -1,4 +1,5 @@
-"""`rill bench WORKLOAD --url URL ...` and `rill bench compare WORKLOAD ...`."""
+"""`rill bench WORKLOAD --url URL ...`, `rill bench compare WORKLOAD ...`, and the server-health
+commands `rill bench soak` and `rill bench memory`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from app.bench import memory, soak
 from app.bench.append import AppendOptions, run_append
 from app.bench.cold import ColdOptions, run_cold
 from app.bench.fanout import FanoutOptions, run_fanout
@@ -28,16 +30,17 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
-def _add_options(parser: argparse.ArgumentParser, options: type) -> None:
+def _add_options(parser: argparse.ArgumentParser, options: type, table: bool = True) -> None:
     for f in dataclasses.fields(options):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", help=f"(default {f.default})")
         else:
-            kind = {"int": int, "float": float, "int | None": int}.get(str(f.type), str)
+            kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(str(f.type), str)
             parser.add_argument(flag, type=kind, default=f.default, help=f"(default {f.default})")
     parser.add_argument("--json-out", type=Path, help="also write the results as JSON here")
-    parser.add_argument("--markdown-out", type=Path, help="also write the table as Markdown here")
+    if table:
+        parser.add_argument("--markdown-out", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--pin-client", type=int, metavar="CPU", help="run the load generator on this CPU only")
 
 
@@ -52,6 +55,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         _add_options(p, options)
     cold = workloads.add_parser("cold", help="catch-up reads from the object store vs boto3 fetching the same objects")
     _add_options(cold, ColdOptions)
+    soaked = workloads.add_parser(
+        "soak", help="long mixed load at a fixed rate: leaks, 5xx, lost or duplicated appends"
+    )
+    _add_options(soaked, soak.SoakOptions, table=False)
+    mem = workloads.add_parser("memory", help="peak server memory during one large append, per body byte")
+    _add_options(mem, memory.MemoryOptions, table=False)
     compare = workloads.add_parser("compare", help="run a workload against Rill and the Node reference server")
     compared = compare.add_subparsers(dest="compared", required=True)
     for name, (options, _) in WORKLOADS.items():
@@ -90,6 +99,10 @@ def main(args: argparse.Namespace) -> None:
         if args.json_out:
             write_json(args.json_out, "cold", dataclasses.asdict(cold), results)
         return
+    if args.workload == "soak":
+        raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))
+    if args.workload == "memory":
+        raise SystemExit(memory.main(_options(args, memory.MemoryOptions), args.json_out))
     if args.workload == "compare":
         workload = args.compared
         options = _options(args, WORKLOADS[workload][0])
