@@ -13,8 +13,8 @@ column family when keys have one length (log indexes, record positions: the only
 from __future__ import annotations
 
 import struct
-from typing import cast
 from collections.abc import Iterable
+from typing import cast
 
 import rocksdict
 
