@@ -30,7 +30,7 @@ class Settings(BaseSettings):
         256 * 1024 * 1024, ge=1, description="request bodies held at once by all requests together (503 past it)"
     )
     bucket_quota: BucketQuota = Field(
-        default_factory=BucketQuota,
+        default_factory=lambda: BucketQuota(),
         description="each bucket's quota unless bucket_quotas names it (429 past it)",
     )
     bucket_quotas: dict[str, BucketQuota] = Field(default_factory=dict, description="bucket -> its own quota")

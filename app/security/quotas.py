@@ -20,8 +20,8 @@ REFRESH_MS = 1000
 
 
 class BucketQuota(BaseModel):
-    max_streams: int = Field(1_000_000, ge=0, description="streams the bucket may hold; 0: no limit")
-    max_bytes: int = Field(0, ge=0, description="bytes its streams may keep (after retention); 0: no limit")
+    max_streams: int = Field(default=1_000_000, ge=0, description="streams the bucket may hold; 0: no limit")
+    max_bytes: int = Field(default=0, ge=0, description="bytes its streams may keep (after retention); 0: no limit")
 
 
 @dataclass
