@@ -138,7 +138,7 @@ class TieringWorker:
             if outage or isinstance(exc, ProtocolError):
                 raise  # the store is down or leadership changed: the whole pass waits
             if not isinstance(exc, KeyRejected):
-                log.exception("tiering %s/%s failed", meta.bucket, meta.name)
+                log.exception("tiering %r/%r failed", meta.bucket, meta.name)
             error = str(exc) or type(exc).__name__
             failure = self.failing.failed(meta.sid, self.node.now_ms(), error, bucket=meta.bucket, stream=meta.name)
             log.warning(
@@ -187,7 +187,7 @@ class TieringWorker:
         seg.release_memory()
         outcome = await self.node.submit(TierSegment(meta.sid, segment))
         if outcome.code is not Code.OK:
-            log.info("segment %s was not recorded (%s)", segment.key, outcome.code.value)
+            log.info("segment %r was not recorded (%s)", segment.key, outcome.code.value)
             return False
         self.uploaded += 1
         return True
@@ -301,7 +301,7 @@ class TieringWorker:
                     await asyncio.to_thread(self.store.delete, key)
                 except KeyRejected as exc:
                     failure = self.deletions.failed(key, self.node.now_ms(), str(exc), object=key)
-                    log.warning("deleting %.300s failed (attempt %d): %s", key, failure.attempts, exc)
+                    log.warning("deleting %.300r failed (attempt %d): %s", key, failure.attempts, exc)
                     continue
                 self.deletions.succeeded(key)
                 self._published = {n: v for n, v in self._published.items() if v[1] != key}
