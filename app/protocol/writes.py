@@ -71,27 +71,28 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     body: Body = await read_buffer(call, engine.limits.max_body_bytes, engine.body_budget)
     if body and is_json:
         body = json_record(body, allow_empty=True)
-    outcome = await engine.submit(
-        CreateStream(
-            bucket=target.bucket,
-            stream=target.name,
-            content_type=content_type or DEFAULT_CONTENT_TYPE,
-            json=is_json,
-            ttl=ttl,
-            expires_at=expires_at,
-            closed=closed,
-            body=memoryview(body),
-            fork_stream=fork_name,
-            fork_offset=fork_offset,
-            fork_sub=fork_sub,
-            content_type_given=content_type is not None,
-            touched=_touched(engine, target),
-            evicted_record=await _evicted_record(engine, target, fork_name, fork_offset) if fork_sub else None,
-            attrs=attrs,
-            retention_age=retention_age,
-            retention_bytes=retention_bytes,
-        )
+    evicted_record = await _evicted_record(engine, target, fork_name, fork_offset) if fork_sub else None
+    command = CreateStream(
+        bucket=target.bucket,
+        stream=target.name,
+        content_type=content_type or DEFAULT_CONTENT_TYPE,
+        json=is_json,
+        ttl=ttl,
+        expires_at=expires_at,
+        closed=closed,
+        body=memoryview(body),
+        fork_stream=fork_name,
+        fork_offset=fork_offset,
+        fork_sub=fork_sub,
+        content_type_given=content_type is not None,
+        touched=_touched(engine, target),
+        evicted_record=evicted_record,
+        attrs=attrs,
+        retention_age=retention_age,
+        retention_bytes=retention_bytes,
     )
+    del body  # as in `append`: the entry holds the bytes once submitted
+    outcome = await engine.submit(command)
     raise_for(outcome)
     meta = engine.machine.streams.get(outcome.sid)
     headers = write_headers(outcome)

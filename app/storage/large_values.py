@@ -6,12 +6,16 @@ chunks in their own column family (small write buffers, flushed early), each chu
 write, followed by a pointer in the caller's batch. The pointer lands last, so until it does the
 chunks are invisible; a crash in between leaves chunks a later write of the same key replaces.
 
-Chunk keys are `cf NUL key chunk#`, so the chunks of a key range are the same range in the chunk
-column family when keys have one length (log indexes, record positions: the only users).
+Chunk keys are `cf NUL key generation chunk#`. A write's chunks get a fresh random generation, so
+overwriting a key never mixes its old chunks with new ones: the old pointer keeps naming the old
+generation until the new pointer replaces it, and the old generation is deleted after. The chunks
+of a key range are the same range in the chunk column family when keys have one length (log
+indexes, record positions: the only users).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable
 from typing import cast
@@ -26,8 +30,9 @@ CHUNK = 1 << 20
 # A pointer starts with a byte no value of a chunked column family starts with (msgpack arrays,
 # record versions), then the total length and the number of chunks.
 _MAGIC = b"\xff\x00rill-chunked\x00"
-_POINTER = struct.Struct(">QI")
+_POINTER = struct.Struct(">QI8s")  # total length, chunks, generation
 _CHUNK_NO = struct.Struct(">I")
+_GENERATION = 8
 
 
 def chunk_options() -> rocksdict.Options:
@@ -72,18 +77,19 @@ def write_chunks(
     value: bytes | Parts,
 ) -> bytes:  # fmt: skip
     """Writes a large value's chunks; returns the pointer to put under `key` in the caller's batch."""
-    prefix = _prefix(cf, key)
+    generation = os.urandom(_GENERATION)
+    prefix = _prefix(cf, key) + generation
     count = 0
     for count, chunk in enumerate(_slices((value,) if isinstance(value, bytes) else value), 1):
         wb = rocksdict.WriteBatch(raw_mode=True)
         wb.put(prefix + _CHUNK_NO.pack(count - 1), chunk, handle)
         db.write(wb, options)
-    return _MAGIC + _POINTER.pack(size_of(value), count)
+    return _MAGIC + _POINTER.pack(size_of(value), count, generation)
 
 
 def read(chunks: rocksdict.Rdict, cf: str, key: bytes, pointer: bytes) -> bytes:
-    total, count = _POINTER.unpack_from(pointer, len(_MAGIC))
-    prefix = _prefix(cf, key)
+    total, count, generation = _POINTER.unpack_from(pointer, len(_MAGIC))
+    prefix = _prefix(cf, key) + generation
     # One buffer of the final size, filled chunk by chunk: a join would hold the value twice.
     value = bytearray(total)
     at = 0
@@ -98,7 +104,8 @@ def read(chunks: rocksdict.Rdict, cf: str, key: bytes, pointer: bytes) -> bytes:
 
 def head(chunks: rocksdict.Rdict, cf: str, key: bytes, pointer: bytes, size: int) -> bytes:
     """The first `size` (at most CHUNK) bytes of a chunked value."""
-    return _chunk(chunks, _prefix(cf, key) + _CHUNK_NO.pack(0))[:size] if size else b""
+    generation = _POINTER.unpack_from(pointer, len(_MAGIC))[2]
+    return _chunk(chunks, _prefix(cf, key) + generation + _CHUNK_NO.pack(0))[:size] if size else b""
 
 
 def _chunk(chunks: rocksdict.Rdict, key: bytes) -> bytes:
@@ -114,7 +121,14 @@ def range_of(cf: str, start: bytes, end: bytes) -> tuple[bytes, bytes]:
 
 
 def key_range(cf: str, key: bytes) -> tuple[bytes, bytes]:
+    """The chunk keys of every generation under `key`."""
     prefix = _prefix(cf, key)
+    return prefix, prefix + b"\xff" * (_GENERATION + _CHUNK_NO.size + 1)
+
+
+def generation_range(cf: str, key: bytes, pointer: bytes) -> tuple[bytes, bytes]:
+    """The chunk keys the pointer names (and no newer generation's)."""
+    prefix = _prefix(cf, key) + _POINTER.unpack_from(pointer, len(_MAGIC))[2]
     return prefix, prefix + b"\xff" * (_CHUNK_NO.size + 1)
 
 

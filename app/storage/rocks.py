@@ -16,7 +16,7 @@ import rocksdict
 
 from app.storage import large_values as large
 from app.storage.disk import MIB, NO_SPACE, free_bytes, is_no_space
-from app.storage.kv import DELETE, PUT, Batch, joined
+from app.storage.kv import DELETE, PUT, Batch, Parts, joined
 
 log = logging.getLogger("rill.storage")
 
@@ -52,15 +52,18 @@ class RocksKV:
         cfs = self._column_families
         access = rocksdict.AccessType.read_only() if read_only else rocksdict.AccessType.read_write()
         families = {cf: _options() for cf in cfs if cf != "default"}
-        families[large.CHUNKS_CF] = large.chunk_options()
+        # A store from before chunked values has no chunk family, and a read-only open cannot add one.
+        with_chunks = not read_only or large.CHUNKS_CF in rocksdict.Rdict.list_cf(str(self.path), _options())
+        if with_chunks:
+            families[large.CHUNKS_CF] = large.chunk_options()
         self._db = rocksdict.Rdict(str(self.path), _options(), column_families=families, access_type=access)
         self.read_only = read_only
         self._cfs = {cf: self._db.get_column_family(cf) for cf in cfs}
         self._handles = {cf: self._db.get_column_family_handle(cf) for cf in cfs}
-        self._chunks = self._db.get_column_family(large.CHUNKS_CF)
-        self._chunks_handle = self._db.get_column_family_handle(large.CHUNKS_CF)
+        self._chunks = self._db.get_column_family(large.CHUNKS_CF) if with_chunks else None
+        self._chunks_handle = self._db.get_column_family_handle(large.CHUNKS_CF) if with_chunks else None
         # Column families that hold (or held) a chunked value: their deletes also drop chunks.
-        self._chunked = large.families(self._chunks)
+        self._chunked = large.families(self._chunks) if self._chunks is not None else set()
 
     @property
     def db(self) -> rocksdict.Rdict:
@@ -71,7 +74,12 @@ class RocksKV:
         return self._whole(cf, key, value) if value is not None else None
 
     def _whole(self, cf: str, key: bytes, value: bytes) -> bytes:
-        return large.read(self._chunks, cf, key, value) if large.is_pointer(value) else value
+        return large.read(self._chunk_family(), cf, key, value) if large.is_pointer(value) else value
+
+    def _chunk_family(self) -> rocksdict.Rdict:
+        if self._chunks is None:  # only a closed store, or one from before chunks (which has no pointers)
+            raise OSError(errno.EBADF, f"{self.path} is closed or has no chunk family")
+        return self._chunks
 
     def scan(self, cf: str, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         it = self._cfs[cf].iter()
@@ -93,7 +101,10 @@ class RocksKV:
             if end is not None and key >= end:
                 return
             value = it.value()
-            yield key, large.head(self._chunks, cf, key, value, size) if large.is_pointer(value) else value[:size]
+            yield (
+                key,
+                large.head(self._chunk_family(), cf, key, value, size) if large.is_pointer(value) else value[:size],
+            )
             it.next()
 
     def floor(self, cf: str, key: bytes) -> tuple[bytes, bytes] | None:
@@ -108,24 +119,48 @@ class RocksKV:
         self._writable()
         wb = rocksdict.WriteBatch(raw_mode=True)
         handles = self._handles
+        deleted: list[tuple[str, bytes, bytes]] = []  # main-key ranges this batch deletes
+        replaced: list[tuple[bytes, bytes]] = []  # chunk ranges of values this batch overwrites
         for kind, cf, key, value in batch.ops:
             if kind == PUT:
                 assert value is not None
                 if large.size_of(value) > large.LARGE:
-                    self._chunked.add(cf)
-                    value = large.write_chunks(self._db, self._chunks_handle, self._nosync, cf, key, value)
+                    value = self._write_chunks(cf, key, value, deleted, replaced)
                 wb.put(key, joined(value), handles[cf])
                 continue
             if kind == DELETE:
                 wb.delete(key, handles[cf])
+                deleted.append((cf, key, key + b"\x00"))
                 start, end = large.key_range(cf, key)
             else:
                 assert isinstance(value, bytes)
                 wb.delete_range(key, value, handles[cf])
+                deleted.append((cf, key, value))
                 start, end = large.range_of(cf, key, value)
-            if cf in self._chunked:  # a key that may have held a large value: its chunks go too
+            if cf in self._chunked and self._chunks_handle is not None:  # its chunks go with the key
                 wb.delete_range(start, end, self._chunks_handle)
         self._db.write(wb, self._sync if sync else self._nosync)
+        if replaced and self._chunks_handle is not None:
+            # The old generations are unreferenced now; if this is lost, they are only unreachable bytes.
+            stale = rocksdict.WriteBatch(raw_mode=True)
+            for start, end in replaced:
+                stale.delete_range(start, end, self._chunks_handle)
+            self._db.write(stale, self._nosync)
+
+    def _write_chunks(
+        self, cf: str, key: bytes, value: bytes | Parts, deleted: list[tuple[str, bytes, bytes]],
+        replaced: list[tuple[bytes, bytes]],
+    ) -> bytes:  # fmt: skip
+        if self._chunks_handle is None:
+            raise OSError(errno.EROFS, f"{self.path} has no chunk family (opened read-only)")
+        # A delete earlier in the batch would land after these chunks and take them with it.
+        if any(c == cf and start <= key < end for c, start, end in deleted):
+            raise ValueError(f"a batch deletes {key!r} in {cf} and then writes a large value under it")
+        old = self._cfs[cf].get(key)
+        if old is not None and large.is_pointer(old):
+            replaced.append(large.generation_range(cf, key, old))
+        self._chunked.add(cf)
+        return large.write_chunks(self._db, self._chunks_handle, self._nosync, cf, key, value)
 
     def delete_range(self, cf: str, start: bytes, end: bytes, sync: bool = False) -> None:
         batch = Batch()
@@ -174,7 +209,7 @@ class RocksKV:
     def close(self) -> None:
         self._cfs.clear()
         self._handles.clear()
-        del self._chunks, self._chunks_handle
+        self._chunks = self._chunks_handle = None
         try:
             self._db.close()
         except Exception as exc:  # closing flushes; a store that cannot write still closes, its log intact

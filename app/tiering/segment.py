@@ -111,6 +111,9 @@ def _row_groups(records: Sequence[Record]) -> list[Sequence[Record]]:
     groups: list[Sequence[Record]] = []
     start = size = 0
     for i, rec in enumerate(records):
+        if len(rec.payload) >= ROW_GROUP_BYTES and start < i:  # a large record gets a group of its own
+            groups.append(records[start:i])
+            start, size = i, 0
         size += len(rec.payload) + 64
         if size >= ROW_GROUP_BYTES:
             groups.append(records[start : i + 1])

@@ -99,3 +99,46 @@ def test_memory_kv_joins_pieces_as_rocks_does(kv: RocksKV) -> None:
         store.write(batch)
     assert memory.get("data", _key(1)) == kv.get("data", _key(1)) == b"h" + bytes(value[1])
     assert list(memory.scan_heads("data", b"", None, 1)) == list(kv.scan_heads("data", b"", None, 1))
+
+
+def test_an_overwrite_cut_short_leaves_the_old_value_whole(kv: RocksKV) -> None:
+    old = os.urandom(3 * large.CHUNK + 5)
+    batch = Batch()
+    batch.put("data", _key(1), old)
+    kv.write(batch)
+    # A crash after the new value's chunks but before its pointer: the chunks of a new generation.
+    large.write_chunks(kv.db, kv._chunks_handle, kv._nosync, "data", _key(1), os.urandom(3 * large.CHUNK + 5))
+    assert kv.get("data", _key(1)) == old
+
+
+def test_an_overwrite_deletes_the_old_generation_after_its_pointer_is_replaced(kv: RocksKV) -> None:
+    for size in (3 * large.CHUNK, 2 * large.CHUNK):
+        batch = Batch()
+        batch.put("data", _key(1), os.urandom(size))
+        kv.write(batch)
+    assert len(_chunk_keys(kv)) == 2
+
+
+def test_a_batch_may_not_delete_a_key_and_then_write_a_large_value_under_it(kv: RocksKV) -> None:
+    batch = Batch()
+    batch.delete_range("data", _key(0), _key(5))
+    batch.put("data", _key(3), os.urandom(large.CHUNK + 1))
+    with pytest.raises(ValueError):
+        kv.write(batch)
+
+
+def test_a_store_from_before_chunks_opens_read_only(tmp_path: Path) -> None:
+    import rocksdict
+
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    path = tmp_path / "old"
+    db = rocksdict.Rdict(str(path), options, column_families={"data": options, "meta": options})
+    db.get_column_family("data")[_key(1)] = b"v"
+    db.close()
+    kv = RocksKV.__new__(RocksKV)
+    kv.path, kv._column_families = path, CFS
+    kv._open(read_only=True)
+    assert kv.get("data", _key(1)) == b"v"
+    kv.close()
