@@ -21,6 +21,7 @@ from app.security.quotas import Quotas
 from app.state_machine.commands import (
     Append,
     AppendBatch,
+    Code,
     CollectExpired,
     Command,
     CreateBucket,
@@ -187,8 +188,8 @@ class Engine:
             raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
         except ProposalDropped:
             raise ProtocolError(503, "retry", "leadership changed; retry the request", {"retry-after": "1"}) from None
-        if charge is not None and self.quotas is not None:
-            self.quotas.charge(charge)
+        if charge is not None and self.quotas is not None and outcome.code in (Code.CREATED, Code.APPENDED, Code.OK):
+            self.quotas.charge(charge)  # refusals add nothing
         return outcome
 
     async def read_barrier(self) -> None:

@@ -122,6 +122,7 @@ async def healthz(request: Request) -> Response:
             "learners": list(status.learners),
             "peers": {str(node_id): url for node_id, url in engine.peers.items()},
             "tiering": request.app.state.tiering.status(),
+            "disk": engine.disk.status() if engine.disk is not None else None,
         }
     )
 

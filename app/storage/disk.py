@@ -148,6 +148,17 @@ class DiskGuard:
     def low(self) -> bool:
         return self.free() < self.watermark
 
+    def status(self) -> dict[str, object]:
+        """For /healthz: free space, the watermark, and whether writes are refused."""
+        free = self.free()
+        return {
+            "free_bytes": max(free, 0),
+            "total_bytes": self._usage.total,
+            "watermark_bytes": self.watermark,
+            "writes_refused": free < self.watermark,
+            "ballast": self.ballast.exists(),
+        }
+
     def check(self, nbytes: int = 0) -> None:
         """Raises the 507 a write that adds data gets while free space is below the watermark; else
         counts the write's `nbytes` against free space until the next measure."""

@@ -181,3 +181,19 @@ def test_a_nearly_full_disk_refuses_what_adds_data_and_passes_what_frees_space()
     ]
     assert all(_grows_storage(c) for c in grows)
     assert not any(_grows_storage(c) for c in frees)
+
+
+def test_status_reports_free_space_the_watermark_and_whether_writes_are_refused(tmp_path: Path) -> None:
+    fs = FakeFs(total=10 * GIB, free=2 * GIB)
+    guard = _guard(tmp_path, fs, min_free_bytes=GIB, min_free_ratio=0.05)
+    status = guard.status()
+    assert status == {
+        "free_bytes": 2 * GIB,
+        "total_bytes": 10 * GIB,
+        "watermark_bytes": GIB // 2,
+        "writes_refused": False,
+        "ballast": False,
+    }
+    fs.free = GIB // 4
+    guard.refresh()
+    assert guard.status()["writes_refused"] is True
