@@ -56,10 +56,11 @@ class Quotas:
         if bucket is None:
             return None
         quota = self.limits(bucket)
-        if not quota.max_streams and not quota.max_bytes:
+        new_stream = isinstance(command, CreateStream) and self.machine.lookup(bucket, command.stream) is None
+        # An append with no byte quota needs no usage: the hot path stays a dictionary lookup.
+        if not (new_stream and quota.max_streams) and not (adds and quota.max_bytes):
             return None
         usage = self._current(bucket, now_ms)
-        new_stream = isinstance(command, CreateStream) and self.machine.lookup(bucket, command.stream) is None
         if new_stream and quota.max_streams and usage.streams >= quota.max_streams:
             raise _exceeded(f"bucket {bucket!r} holds its quota of {quota.max_streams} streams")
         if adds and quota.max_bytes and usage.bytes + adds > quota.max_bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import rocksdict
@@ -82,17 +82,18 @@ class RocksKV:
         return self._chunks
 
     def scan(self, cf: str, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        it = self._cfs[cf].iter()
-        it.seek(start)
-        while it.valid():
-            key = it.key()
-            if end is not None and key >= end:
-                return
-            yield key, self._whole(cf, key, it.value())
-            it.next()
+        return self._pairs(cf, start, end, lambda key, value: self._whole(cf, key, value))
 
     def scan_heads(
         self, cf: str, start: bytes, end: bytes | None = None, size: int = 0
+    ) -> Iterator[tuple[bytes, bytes]]:
+        def head(key: bytes, value: bytes) -> bytes:
+            return large.head(self._chunk_family(), cf, key, value, size) if large.is_pointer(value) else value[:size]
+
+        return self._pairs(cf, start, end, head)
+
+    def _pairs(
+        self, cf: str, start: bytes, end: bytes | None, value_of: Callable[[bytes, bytes], bytes]
     ) -> Iterator[tuple[bytes, bytes]]:
         it = self._cfs[cf].iter()
         it.seek(start)
@@ -100,11 +101,7 @@ class RocksKV:
             key = it.key()
             if end is not None and key >= end:
                 return
-            value = it.value()
-            yield (
-                key,
-                large.head(self._chunk_family(), cf, key, value, size) if large.is_pointer(value) else value[:size],
-            )
+            yield key, value_of(key, it.value())
             it.next()
 
     def floor(self, cf: str, key: bytes) -> tuple[bytes, bytes] | None:
