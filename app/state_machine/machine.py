@@ -38,6 +38,7 @@ from app.state_machine.commands import (
 )
 from app.state_machine.reader import Chunk, ColdSource
 from app.state_machine.table import BUILTIN_BUCKETS, COMPAT_BUCKET, LEGACY_BUCKET, StreamTable
+from app.state_machine.tail import TailCache
 from app.storage.kv import KV, Batch
 
 __all__ = ["BUILTIN_BUCKETS", "COMPAT_BUCKET", "LEGACY_BUCKET", "StateMachine", "manifest_of"]
@@ -64,15 +65,22 @@ RULES: dict[type, Rule] = {
 
 
 class StateMachine:
-    def __init__(self, kv: KV, on_change: Callable[[set[int]], None] | None = None) -> None:
-        self.table = StreamTable(kv)
+    def __init__(
+        self,
+        kv: KV,
+        on_change: Callable[[set[int]], None] | None = None,
+        tail_cache_bytes: int = 64 << 20,
+        tail_stream_bytes: int = 4 << 20,
+    ) -> None:
+        self._tail_sizes = (tail_cache_bytes, tail_stream_bytes)
+        self.table = StreamTable(kv, TailCache(*self._tail_sizes))
         # Called after each apply (and reload) with the streams whose live readers must re-check.
         self.on_change = on_change
 
     def reload(self, kv: KV) -> None:
         """Starts over from another store: a snapshot installed from the leader."""
         before = set(self.streams)
-        self.table = StreamTable(kv)
+        self.table = StreamTable(kv, TailCache(*self._tail_sizes))
         if self.on_change is not None:
             self.on_change(before | set(self.streams))
 

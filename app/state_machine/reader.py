@@ -189,6 +189,10 @@ def _ranges(table: StreamTable, meta: r.StreamMeta, start: int, end: int) -> lis
 def _pieces(
     table: StreamTable, sid: int, lo: int, hi: int, json: bool, cold: ColdSource | None
 ) -> Iterator[tuple[int, memoryview]]:
+    ring = table.tail.covering(sid, lo, hi)
+    if ring is not None:  # recent records: from memory, evicted or not
+        yield from ring.pieces(lo, hi, json)
+        return
     evicted = table.streams[sid].evicted
     if lo < evicted:
         if cold is None:

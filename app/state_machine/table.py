@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from app.raft.messages import Membership, decode_membership
 from app.state_machine import records as r
+from app.state_machine.tail import TailCache
 from app.storage.kv import KV, Batch, Parts, joined
 
 # Buckets that always exist: the legacy and compat route families live here.
@@ -19,8 +20,9 @@ BUILTIN_BUCKETS = (LEGACY_BUCKET, COMPAT_BUCKET)
 
 
 class StreamTable:
-    def __init__(self, kv: KV) -> None:
+    def __init__(self, kv: KV, tail: TailCache | None = None) -> None:
         self.kv = kv
+        self.tail = tail if tail is not None else TailCache()
         self.streams: dict[int, r.StreamMeta] = {}
         self.names: dict[tuple[str, str], int] = {}
         self.batch = Batch()
@@ -79,6 +81,7 @@ class StreamTable:
     def drop(self, meta: r.StreamMeta) -> None:
         """Forgets a stream's metadata and name (its records are the caller's to delete)."""
         del self.streams[meta.sid]
+        self.tail.drop(meta.sid)
         del self.names[(meta.bucket, meta.name)]
         self.dirty.discard(meta.sid)
         self.batch.delete(r.NAMES, r.name_key(meta.bucket, meta.name))
@@ -97,7 +100,12 @@ class StreamTable:
                 self.batch.put(r.STREAMS, r.sid_key(sid), r.encode(meta))
         self.batch.put(r.SM_META, r.APPLIED_KEY, r.encode_applied(index, term))
         self.batch.put(r.SM_META, r.NEXT_SID_KEY, r.U64.pack(self.next_sid))
-        self.kv.write(self.batch)
+        try:
+            self.kv.write(self.batch)
+        except BaseException:
+            self.tail.discard_staged()
+            raise
+        self.tail.commit()
         self.batch, self.dirty = Batch(), set()
         self.staged.clear()
         changed, self.changed = self.changed, set()

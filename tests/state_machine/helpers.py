@@ -46,9 +46,9 @@ def jrec(*values: object) -> bytes:
 class H:
     """A state machine plus a Raft-like index counter and a clock."""
 
-    def __init__(self, kv=None, bucket: str | None = B, now: int = T0) -> None:
+    def __init__(self, kv=None, bucket: str | None = B, now: int = T0, tail_cache_bytes: int = 64 << 20) -> None:
         self.kv = kv if kv is not None else MemoryKV(r.COLUMN_FAMILIES)
-        self.sm = StateMachine(self.kv)
+        self.sm = StateMachine(self.kv, tail_cache_bytes=tail_cache_bytes)
         self.index = self.sm.applied_index
         self.now = now
         self.batches: list[list[Entry]] = []

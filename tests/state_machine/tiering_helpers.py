@@ -51,8 +51,9 @@ class DictCold:
 class TH(H):
     """The harness `H`, plus segment building, eviction and cold reads."""
 
-    def __init__(self, kv: MemoryKV | None = None, bucket: str | None = B) -> None:
-        super().__init__(kv, bucket=bucket)
+    def __init__(self, kv: MemoryKV | None = None, bucket: str | None = B, tail_cache_bytes: int = 0) -> None:
+        # No shared tail by default: these tests are about where each byte lives in the store.
+        super().__init__(kv, bucket=bucket, tail_cache_bytes=tail_cache_bytes)
         self.objects: dict[str, bytes] = {}
         self.cold = DictCold(self.objects)
 
