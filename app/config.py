@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     long_poll_timeout: float = Field(20.0, gt=0, description="seconds a long-poll waits for data")
     sse_max_seconds: float = Field(60.0, gt=0, description="an SSE response ends after about this long")
     sse_ping_seconds: float = Field(15.0, gt=0, description="heartbeat comment interval on SSE")
+    sse_buffer_bytes: int = Field(
+        1 << 20, ge=64 << 10, description="unsent bytes an SSE subscriber may fall behind by before it is disconnected"
+    )
+    tail_cache_bytes: int = Field(
+        64 << 20, ge=0, description="recently appended records kept in memory for live readers, all streams; 0: off"
+    )
+    tail_stream_bytes: int = Field(4 << 20, ge=1, description="of which one stream keeps at most")
     raft_tick_seconds: float = Field(0.1, gt=0)
     raft_compact_entries: int = Field(20_000, ge=10, description="applied entries between log compactions")
     raft_compact_keep: int = Field(5_000, ge=0, description="entries a cluster keeps behind a compaction")

@@ -60,6 +60,7 @@ class Limits:
     long_poll_seconds: float = 20.0
     sse_max_seconds: float = 60.0
     sse_ping_seconds: float = 15.0
+    sse_buffer_bytes: int = 1 << 20  # unsent bytes a live subscriber may fall behind by
     snapshot_max_bytes: int = 64 * 1024 * 1024
     bootstrap_max_bytes: int = 8 * 1024 * 1024
     public_url: str | None = None  # this node's URL as clients see it: Location headers start with it
@@ -106,6 +107,11 @@ def wall_clock_ms() -> int:
 class Signals:
     def __init__(self) -> None:
         self._waiters: dict[int, set[asyncio.Future[None]]] = {}
+        self._listeners: list[Callable[[set[int]], None]] = []
+
+    def listen(self, listener: Callable[[set[int]], None]) -> None:
+        """Calls `listener` with the changed streams after every apply (the SSE fan-out's hook)."""
+        self._listeners.append(listener)
 
     async def wait(self, sid: int, timeout: float) -> bool:
         """Waits until `sid` changes; False on timeout. Register before any await, right after checking."""
@@ -123,6 +129,8 @@ class Signals:
                 del self._waiters[sid]
 
     def notify(self, sids: set[int]) -> None:
+        for listener in self._listeners:
+            listener(sids)
         for sid in sids:
             for fut in self._waiters.pop(sid, ()):
                 if not fut.done():

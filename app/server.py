@@ -178,7 +178,12 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         state_store = StateStore(data_dir, COLUMN_FAMILIES)
         signals = Signals()
         state_kv = state_store.open() if open_kv is None else open_kv(state_store.path, COLUMN_FAMILIES)
-        machine = StateMachine(state_kv, on_change=signals.notify)
+        machine = StateMachine(
+            state_kv,
+            on_change=signals.notify,
+            tail_cache_bytes=settings.tail_cache_bytes,
+            tail_stream_bytes=settings.tail_stream_bytes,
+        )
         membership = machine.membership or Membership(settings.peers or {settings.node_id: ""})
         secret = settings.cluster_secret.encode()
         clustered = bool(settings.peers) or len(membership.voters) + len(membership.learners) > 1
@@ -208,6 +213,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             long_poll_seconds=settings.long_poll_timeout,
             sse_max_seconds=settings.sse_max_seconds,
             sse_ping_seconds=settings.sse_ping_seconds,
+            sse_buffer_bytes=settings.sse_buffer_bytes,
             public_url=settings.public_url.rstrip("/") if settings.public_url else None,
             body_budget_bytes=settings.body_budget_bytes,
         )

@@ -1,89 +1,76 @@
 """Live reads over Server-Sent Events.
 
-Each batch of data is an `event: data` followed by an `event: control`
-carrying the next offset and cursor. Binary streams send base64 data. The
-server ends the response after the closing control of a closed stream, and
-about every `sse_max_seconds` so clients reconnect (and CDNs can collapse).
+A reader behind the tail catches up on its own, one chunk at a time. At the tail it joins its
+stream's feed (app/protocol/fanout.py), which writes each new batch to all its subscribers at once.
+The response ends after the closing control of a closed stream, and about every `sse_max_seconds`
+so clients reconnect (and CDNs can collapse).
+
+Every control event carries the cursor the request's own cursor gives (the protocol's rule), so
+subscribers without one, or with an old one, share their control events.
 """
 
 from __future__ import annotations
 
-import base64
-import re
-import time
-from collections.abc import AsyncIterator
+import asyncio
 
-import msgspec
-from sse_starlette.sse import EventSourceResponse
+from starlette.types import Receive, Send
 
 from app.domain.errors import ProtocolError
-from app.domain.media import media_type
-from app.domain.offsets import format_offset
 from app.node import Engine
 from app.protocol.cursor import next_cursor
-from app.protocol.http import SECURITY_HEADERS
+from app.protocol.fanout import DirectSink, QueueSink, Release, Subscriber, fanout_for
+from app.protocol.headers import parse_uint
+from app.protocol.http import SECURITY_HEADERS, Call
 from app.protocol.reads import ReadRequest, checked_position, live_seconds, render_body
+from app.protocol.sse_events import control_event, data_event, is_binary
 from app.protocol.target import StreamTarget
 
-_LINES = re.compile(rb"\r\n|\r|\n")
-_json = msgspec.json.Encoder()
+CHUNKS_EXTENSION = "rill.chunks"  # app/serving/chunks.py: direct writes to the connection
 
 
-def is_binary(content_type: str) -> bool:
-    media = media_type(content_type)
-    return not (media.startswith("text/") or media == "application/json")
-
-
-def data_event(payload: bytes, binary: bool) -> bytes:
-    if binary:
-        return b"event: data\ndata:" + base64.b64encode(payload) + b"\n\n"
-    lines = _LINES.split(payload)
-    return b"event: data\n" + b"".join(b"data:" + line + b"\n" for line in lines) + b"\n"
-
-
-def control_event(next_pos: int, cursor: str | None, up_to_date: bool, closed: bool) -> bytes:
-    control: dict[str, object] = {"streamNextOffset": format_offset(next_pos)}
-    if closed:
-        control["streamClosed"] = True
-        control["upToDate"] = True
-    else:
-        control["streamCursor"] = cursor
-        if up_to_date:
-            control["upToDate"] = True
-    return b"event: control\ndata:" + _json.encode(control) + b"\n\n"
-
-
-async def sse(engine: Engine, target: StreamTarget, read: ReadRequest) -> EventSourceResponse:
+async def serve(engine: Engine, call: Call, target: StreamTarget, read: ReadRequest, send: Send) -> None:
+    """Answers an SSE read. Errors before the response starts raise ProtocolError for the caller."""
     meta = await engine.find_latest(target.bucket, target.name)
     pos = checked_position(engine, meta, read.offset)
     engine.renew(meta)
     binary = is_binary(meta.content_type)
-    headers = {"content-type": "text/event-stream", "cache-control": "no-cache"}
-    headers.update({k.decode(): v.decode() for k, v in SECURITY_HEADERS})
+    headers = [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"),  # proxies such as nginx must not hold events back
+        *SECURITY_HEADERS,
+    ]
     if binary:
-        headers["stream-sse-data-encoding"] = "base64"
-    return EventSourceResponse(
-        _events(engine, target, pos, read, binary),
-        headers=headers,
-        media_type=None,  # type: ignore[arg-type]  # our content-type header, without a charset
-        ping=engine.limits.sse_ping_seconds,
-        sep="\n",
-    )
+        headers.append((b"stream-sse-data-encoding", b"base64"))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    disconnect = asyncio.ensure_future(_disconnected(call.receive))
+    try:
+        await _stream(engine, call, target, read, pos, binary, send, disconnect)
+    finally:
+        disconnect.cancel()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _events(
-    engine: Engine, target: StreamTarget, pos: int, read: ReadRequest, binary: bool
-) -> AsyncIterator[bytes]:
-    cursor = read.cursor
+async def _stream(
+    engine: Engine,
+    call: Call,
+    target: StreamTarget,
+    read: ReadRequest,
+    pos: int,
+    binary: bool,
+    send: Send,
+    disconnect: asyncio.Future[None],
+) -> None:
+    loop = asyncio.get_running_loop()
     limit = engine.limits.sse_max_seconds
     allowed = live_seconds(engine, read, limit)
     expiring = allowed < limit  # the reader's token runs out before the usual end
-    deadline = time.monotonic() + allowed
+    deadline = loop.time() + allowed
     announced = False
-    while True:
-        if time.monotonic() >= deadline:
+    while not disconnect.done():
+        if loop.time() >= deadline:
             if expiring:  # do not hold a reader past its credentials: a last control, then close
-                yield control_event(pos, next_cursor(engine.now_ms(), cursor), False, False)
+                await _send(send, control_event(pos, _cursor(engine, read), False, False))
             return
         try:
             meta = engine.find(target.bucket, target.name)
@@ -93,20 +80,63 @@ async def _events(
         at_tail = chunk.next_pos >= meta.tail
         closed = meta.closed and at_tail
         if chunk.payloads:
-            cursor = next_cursor(engine.now_ms(), cursor)
             pos = chunk.next_pos
             body = render_body(meta, chunk)
-            yield data_event(body, binary) + control_event(pos, cursor, at_tail, closed)
+            await _send(send, data_event(body, binary) + control_event(pos, _cursor(engine, read), at_tail, closed))
             announced = True
             if closed:
                 return
             continue
         if closed:
-            yield control_event(pos, None, True, True)
+            await _send(send, control_event(pos, None, True, True))
             return
         if not announced:
-            cursor = next_cursor(engine.now_ms(), cursor)
-            yield control_event(pos, cursor, True, False)
+            await _send(send, control_event(pos, _cursor(engine, read), True, False))
             announced = True
             continue  # the stream may have changed while we were suspended
-        await engine.signals.wait(meta.sid, max(0.0, deadline - time.monotonic()))
+        released, pos = await _follow(engine, call, meta.sid, pos, parse_uint(read.cursor), send, disconnect, deadline)
+        if released is None or released is Release.CATCH_UP:
+            continue
+        return
+
+
+async def _follow(
+    engine: Engine,
+    call: Call,
+    sid: int,
+    pos: int,
+    cursor: int | None,
+    send: Send,
+    disconnect: asyncio.Future[None],
+    deadline: float,
+) -> tuple[Release | None, int]:
+    """Waits at the tail in the stream's feed; returns why it let us go (None: the deadline), and
+    the position the feed brought us to."""
+    writer = call.scope.get("extensions", {}).get(CHUNKS_EXTENSION)
+    queue = None if writer is not None and writer.ready else QueueSink()
+    sub = Subscriber(pos, cursor, queue if queue is not None else DirectSink(writer))
+    hub = fanout_for(engine)
+    meta = engine.machine.streams[sid]
+    hub.join(meta, sub)  # no await since the read that found us at the tail: no apply slipped by
+    pump = asyncio.ensure_future(queue.pump(send)) if queue is not None else None
+    try:
+        timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        await asyncio.wait((sub.done, disconnect), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hub.leave(sid, sub)
+        if pump is not None and queue is not None:
+            await queue.finish(pump)
+    return (sub.done.result() if sub.done.done() else None), sub.pos
+
+
+def _cursor(engine: Engine, read: ReadRequest) -> str:
+    return next_cursor(engine.now_ms(), read.cursor)
+
+
+async def _send(send: Send, event: bytes) -> None:
+    await send({"type": "http.response.body", "body": event, "more_body": True})
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -20,8 +20,7 @@ async def serve_stream(engine: Engine, call: Call, target: StreamTarget, send: S
         if method == "GET":
             read = reads.parse_read(call)
             if read.live == "sse":
-                response = await sse.sse(engine, target, read)
-                await response(call.scope, call.receive, send)
+                await sse.serve(engine, call, target, read, send)
                 return
             reply = await reads.get(engine, call, target, read)
         else:

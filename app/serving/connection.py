@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from typing import Any
+from typing import Any, cast
 
 import httptools
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from app.domain.errors import error_body
+from app.serving import chunks
+from app.serving.cycle import Cycle
 from app.serving.limits import LINGER_SECONDS, EdgeLimits
-from app.serving.responses import SECURITY_HEADERS, error_response
+from app.serving.responses import error_response
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
 # A timer may fire a hair before its deadline; re-arming it for that is not worth a loop turn.
@@ -62,21 +63,6 @@ class _Flow(FlowControl):
     def resume_reading(self) -> None:  # uvicorn calls it on every receive(): the app wants the body
         self._connection.resume_clock()
         super().resume_reading()
-
-
-class _Cycle(RequestResponseCycle):
-    """uvicorn's request/response cycle; its fallback 500 (the app raised before responding) is JSON."""
-
-    async def send_500_response(self) -> None:
-        body = error_body("internal_error", "internal server error")
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(body)),
-            (b"connection", b"close"),
-            *SECURITY_HEADERS,
-        ]
-        await self.send({"type": "http.response.start", "status": 500, "headers": headers})
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -206,7 +192,7 @@ class EdgeProtocol(HttpToolsProtocol):
         return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def _start_cycle(self) -> None:
-        """uvicorn's on_headers_complete, making a _Cycle, without its concurrency limit (max_connections
+        """uvicorn's on_headers_complete, making a Cycle, without its concurrency limit (max_connections
         replaces it) and without WebSocket upgrades (served with ws="none")."""
         scope = self.scope
         scope["method"] = self.parser.get_method().decode("ascii")
@@ -222,7 +208,7 @@ class EdgeProtocol(HttpToolsProtocol):
         scope["raw_path"] = self.root_path.encode("ascii") + raw_path
         scope["query_string"] = parsed_url.query or b""
         existing = self.cycle
-        self.cycle = _Cycle(
+        self.cycle = Cycle(
             scope=scope,
             transport=self.transport,
             flow=self.flow,
@@ -235,6 +221,8 @@ class EdgeProtocol(HttpToolsProtocol):
             keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
             on_response=self.on_response_complete,
         )
+        extensions = cast(dict[str, Any], scope.setdefault("extensions", {}))
+        extensions[chunks.EXTENSION] = chunks.ChunkWriter(self.cycle)
         if existing is None or existing.response_complete:
             self._start_asgi_task(self.cycle, self.app)
         else:  # pipelined: queued behind the response under way

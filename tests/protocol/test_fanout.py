@@ -1,0 +1,130 @@
+"""The SSE fan-out, in process: a batch is rendered once and the same bytes go to every subscriber;
+without the server's direct writes, events go through ASGI `send` and still arrive once each."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.protocol import fanout
+from tests.inprocess import client_for, running_node
+
+pytestmark = pytest.mark.anyio
+
+OCTET = {"content-type": "application/octet-stream"}
+
+
+class FakeWriter:
+    """Stands in for app/serving/chunks.py's ChunkWriter: records what is written to the socket."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.closed = False
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, framed: bytes) -> None:
+        self.written.append(framed)
+
+    def buffered(self) -> int:
+        return 0
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class Subscription:
+    def __init__(self, app: Any, path: str, writer: FakeWriter | None) -> None:
+        self.writer = writer
+        self.sent: list[dict[str, Any]] = []
+        self.gone = asyncio.Event()
+        self.started = asyncio.Event()
+        extensions = {"rill.chunks": writer} if writer is not None else {}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"offset=now&live=sse",
+            "headers": [(b"host", b"rill.test")],
+            "client": ("127.0.0.1", 1),
+            "server": ("rill.test", 80),
+            "extensions": extensions,
+        }
+        self.task = asyncio.ensure_future(app(scope, self._receive, self._send))
+        self._asked = False
+
+    async def _receive(self) -> dict[str, Any]:
+        if not self._asked:
+            self._asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        if message["type"] == "http.response.start" and self.writer is not None:
+            self.writer.ready = True
+        if message["type"] == "http.response.body" and message.get("body"):
+            self.started.set()
+
+    def text(self) -> bytes:
+        framed = b"".join(self.writer.written) if self.writer is not None else b""
+        chunks = re.findall(rb"[0-9a-f]+\r\n(.*?)\r\n", framed, re.S)
+        return b"".join(m.get("body", b"") for m in self.sent[1:]) + b"".join(chunks)
+
+
+def payloads(stream: bytes) -> bytes:
+    return b"".join(base64.b64decode(d) for d in re.findall(rb"event: data\ndata:(.*)\n", stream))
+
+
+async def test_a_batch_is_rendered_once_for_every_subscriber(tmp_path: Path, monkeypatch) -> None:
+    rendered = 0
+    original = fanout.data_event
+
+    def counting(payload: bytes, binary: bool) -> bytes:
+        nonlocal rendered
+        rendered += 1
+        return original(payload, binary)
+
+    monkeypatch.setattr(fanout, "data_event", counting)
+    async with running_node(tmp_path) as node, client_for(node) as client:
+        assert (await client.put("/v1/stream/s", headers=OCTET)).status_code == 201
+        subs = [Subscription(node.app, "/v1/stream/s", FakeWriter()) for _ in range(30)]
+        await asyncio.wait_for(asyncio.gather(*(s.started.wait() for s in subs)), 10)
+        assert (await client.post("/v1/stream/s", content=b"hello", headers=OCTET)).status_code == 204
+        for _ in range(100):
+            if all(s.writer and s.writer.written for s in subs):
+                break
+            await asyncio.sleep(0.01)
+        assert rendered == 1
+        first = subs[0].writer.written[0]  # type: ignore[union-attr]
+        assert all(s.writer.written == [first] and s.writer.written[0] is first for s in subs)  # type: ignore[union-attr]
+        assert payloads(subs[0].text()) == b"hello"
+        assert b'"upToDate":true' in first
+        for s in subs:
+            s.gone.set()
+        await asyncio.wait_for(asyncio.gather(*(s.task for s in subs)), 10)
+
+
+async def test_without_direct_writes_events_go_through_send(tmp_path: Path) -> None:
+    async with running_node(tmp_path) as node, client_for(node) as client:
+        assert (await client.put("/v1/stream/q", headers=OCTET)).status_code == 201
+        subs = [Subscription(node.app, "/v1/stream/q", None) for _ in range(5)]
+        await asyncio.wait_for(asyncio.gather(*(s.started.wait() for s in subs)), 10)
+        for word in (b"one", b"two", b"three"):
+            assert (await client.post("/v1/stream/q", content=word, headers=OCTET)).status_code == 204
+        assert (await client.post("/v1/stream/q", headers={"stream-closed": "true"})).status_code == 204
+        await asyncio.wait_for(asyncio.gather(*(s.task for s in subs)), 10)
+        for s in subs:
+            assert payloads(s.text()) == b"onetwothree"
+            assert s.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+            assert b'"streamClosed":true' in s.text()
