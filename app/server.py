@@ -30,7 +30,7 @@ from app.config import Settings
 from app.domain.errors import ProtocolError
 from app.node import Engine, Limits, Signals, wall_clock_ms
 from app.protocol.errors import error_reply
-from app.protocol.http import to_response, with_security_headers
+from app.protocol.http import send_reply, to_response, with_security_headers
 from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft.messages import Membership
@@ -285,7 +285,6 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         routes=[
             Route("/healthz", healthz),
             Route("/openapi.yaml", openapi),
-            Route(TRANSPORT_PATH, cluster_routes.raft_messages, methods=["POST"]),
             Route(CHECKPOINT_PATH, cluster_routes.checkpoint_chunk, methods=["POST"]),
             Route("/_rill/members", cluster_routes.list_members, methods=["GET"]),
             Route("/_rill/members", cluster_routes.add_member, methods=["POST"]),
@@ -328,6 +327,13 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         return reads if method in _READ_METHODS else refused
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == TRANSPORT_PATH:
+            if scope["method"] == "POST":
+                state = starlette.state
+                await cluster_routes.raft_messages(state.engine, state.verifier, scope, receive, send)
+            else:
+                await send_reply(send, error_reply(405, "method_not_allowed", "POST only", {"allow": "POST"}))
+            return
         # Only browser requests carry Origin; the rest skip the CORS wrappers' per-message work.
         if scope["type"] == "http":
             origin = next((value for name, value in scope["headers"] if name == b"origin"), None)

@@ -67,17 +67,29 @@ class Connection(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(ConnectionClosed(str(exc)))
 
-    async def request(self, raw: bytes) -> tuple[int, bytes]:
-        """Sends one complete request and returns (status, body)."""
+    async def request(self, raw: bytes, timeout: float | None = None) -> tuple[int, bytes]:
+        """Sends one complete request and returns (status, body); TimeoutError past `timeout` seconds."""
         if self._transport is None or self._transport.is_closing():
             raise ConnectionClosed("the connection is closed")
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
         self._transport.write(raw)
-        return await self._waiter
+        if timeout is None:
+            return await waiter
+        timer = loop.call_later(timeout, _expire, waiter)  # not wait_for: that makes a task per request
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+def _expire(waiter: asyncio.Future[tuple[int, bytes]]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 def client_context(cafile: Path | str | None = None) -> ssl.SSLContext:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from app.cluster.checkpoints import decode_chunk
 from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
@@ -25,7 +27,7 @@ from app.cluster.transport import decode as decode_messages
 from app.domain.errors import ProtocolError
 from app.node import Engine
 from app.protocol.errors import error_reply, render_error
-from app.protocol.http import to_response
+from app.protocol.http import Call, Reply, send_reply, to_response
 from app.raft.messages import Membership
 from app.routes.forward import leader_redirect
 from app.security.policy import require_admin
@@ -42,11 +44,13 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     return to_response(error_reply(status, code, message, headers))
 
 
-def _refused(exc: ProtocolError) -> Response:
+def _closing(exc: ProtocolError) -> ProtocolError:
     """A refusal sent before the body was read whole: the connection closes rather than drain it."""
-    return to_response(
-        render_error(ProtocolError(exc.status, exc.code, exc.message, {**exc.headers, "connection": "close"}))
-    )
+    return ProtocolError(exc.status, exc.code, exc.message, {**exc.headers, "connection": "close"})
+
+
+def _refused(exc: ProtocolError) -> Response:
+    return to_response(render_error(_closing(exc)))
 
 
 def _body_cap(request: Request) -> int:
@@ -54,17 +58,17 @@ def _body_cap(request: Request) -> int:
     return message_cap(max(limits.max_body_bytes, limits.snapshot_max_bytes))
 
 
-async def _signed_body(request: Request) -> tuple[Signature, bytes]:
+async def _signed(
+    verifier: Verifier, cap: int, headers: Mapping[str, str], path: str, chunks: AsyncIterator[bytes]
+) -> tuple[Signature, bytes]:
     """The request's signature and body: the header first, then the body up to the cap, then its digest."""
-    verifier: Verifier = request.app.state.verifier
-    sig = verifier.check(request.headers.get(AUTH_HEADER), request.scope["path"])
-    cap = _body_cap(request)
-    declared = request.headers.get("content-length")
+    sig = verifier.check(headers.get(AUTH_HEADER), path)
+    declared = headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > cap):
         raise ProtocolError(413, "payload_too_large", f"internal messages are at most {cap} bytes")
     body = bytearray()
     hasher = hashlib.sha256()
-    async for chunk in request.stream():
+    async for chunk in chunks:
         if len(body) + len(chunk) > cap:
             raise ProtocolError(413, "payload_too_large", f"internal messages are at most {cap} bytes")
         body += chunk
@@ -74,21 +78,47 @@ async def _signed_body(request: Request) -> tuple[Signature, bytes]:
     return sig, bytes(body)
 
 
-async def raft_messages(request: Request) -> Response:
+async def _signed_body(request: Request) -> tuple[Signature, bytes]:
+    return await _signed(
+        request.app.state.verifier, _body_cap(request), request.headers, request.scope["path"], request.stream()
+    )
+
+
+async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ProtocolError(400, "client_disconnected", "the client went away mid-request")
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
+
+
+async def raft_messages(engine: Engine, verifier: Verifier, scope: Scope, receive: Receive, send: Send) -> None:
+    """POST of a batch of Raft messages. Served ahead of the router: a cluster sends one per batch of
+    appends in each direction, and the router's machinery would cost more than the messages."""
+    call = Call.from_scope(scope, receive)
+    limits = engine.limits
+    cap = message_cap(max(limits.max_body_bytes, limits.snapshot_max_bytes))
     try:
-        sig, body = await _signed_body(request)
+        sig, body = await _signed(verifier, cap, call.headers, call.path, _chunks(receive))
     except ProtocolError as exc:
-        return _refused(exc)
+        await send_reply(send, render_error(_closing(exc)))
+        return
     try:
         messages = decode_messages(body)
     except msgspec.DecodeError:
-        return _error(400, "bad_request", "undecodable Raft messages")
-    node: RaftNode = request.app.state.engine.node
+        await send_reply(send, error_reply(400, "bad_request", "undecodable Raft messages"))
+        return
+    node = engine.node
     if any(msg.src != sig.src or msg.dst != node.id for msg in messages):
-        return _error(400, "bad_request", "a message's sender or recipient is not the signature's")
+        await send_reply(
+            send, error_reply(400, "bad_request", "a message's sender or recipient is not the signature's")
+        )
+        return
     for msg in messages:
         node.receive(msg)
-    return Response(status_code=204)
+    await send_reply(send, Reply(204))
 
 
 async def checkpoint_chunk(request: Request) -> Response:

@@ -217,7 +217,7 @@ class Transport:
             try:
                 if conn is None:
                     conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
-                await asyncio.wait_for(conn.request(encode_request("POST", url, headers, body)), 2.0)
+                await conn.request(encode_request("POST", url, headers, body), timeout=2.0)
             except Exception as exc:  # noqa: BLE001 - whatever went wrong, this sender must live on
                 log.debug("raft messages to node %s lost: %r", peer, exc)
                 if conn is not None:
