@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFORMANCE := tests/conformance
 
-.PHONY: run test install bench clean
+.PHONY: run test install tools bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,13 @@ install: $(BIN)/.installed
 run: install
 	$(BIN)/rill serve
 
-test: install $(CONFORMANCE)/node_modules/.installed
+# wrk (Debian's package) drives `rill bench append --generator wrk` and its test.
+tools:
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		(apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)); } || \
+		echo "wrk is not installed: its benchmark test will be skipped"
+
+test: install tools $(CONFORMANCE)/node_modules/.installed
 	$(BIN)/python -m pytest
 
 bench: install

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from app.bench.append_wrk import check_wrk, run_wrk, wrk_base
 from app.bench.run import Run
 from app.bench.stats import Recorder, client_cpu
 from app.cluster.http1 import ConnectionClosed, connect, encode_request
@@ -25,6 +26,16 @@ class AppendOptions:
     warmup: float = 2.0
     content_type: str = "application/octet-stream"
     producers: bool = False
+    generator: str = "python"  # "python" (asyncio in this process) or "wrk" (C: the client is not the limit)
+
+    def check(self) -> None:
+        """Fails in one line before any server work when the options cannot run here."""
+        if self.generator not in ("python", "wrk"):
+            raise SystemExit(f"--generator must be python or wrk, not {self.generator!r}")
+        if self.generator == "wrk":
+            if self.producers:
+                raise SystemExit("--producers needs --generator python (wrk sends no Producer-Seq headers)")
+            check_wrk()
 
 
 def make_payload(size: int, content_type: str) -> bytes:
@@ -47,10 +58,15 @@ async def create_streams(urls: list[str], names: list[str], content_type: str) -
 
 
 async def run_append(run: Run, opts: AppendOptions) -> dict[str, Any]:
+    opts.check()
+    if opts.generator == "wrk":
+        wrk_base(run.urls)  # one server only: fail before creating streams
     tag = uuid.uuid4().hex[:8]
     names = [f"bench-append-{tag}-{i}" for i in range(opts.streams)]
     targets = await create_streams(run.urls, names, opts.content_type)
     payload = make_payload(opts.size, opts.content_type)
+    if opts.generator == "wrk":
+        return await run_wrk(run, targets, payload, opts.content_type, opts.writers, opts.warmup, opts.seconds)
     plain = [encode_request("POST", url, {"Content-Type": opts.content_type}, payload) for url in targets]
 
     loop = asyncio.get_running_loop()

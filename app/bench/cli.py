@@ -76,6 +76,13 @@ def _options(args: argparse.Namespace, options: type) -> Any:
     return options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(options)})
 
 
+def _check(options: Any) -> None:
+    """Options that need an outside program (wrk, node) check for it in one line of error."""
+    check = getattr(options, "check", None)
+    if check is not None:
+        check()
+
+
 async def _measure(urls: list[str], workload: str, options: Any) -> dict[str, Any]:
     run = Run(urls)
     loop = asyncio.get_running_loop()
@@ -106,10 +113,12 @@ def main(args: argparse.Namespace) -> None:
     if args.workload == "compare":
         workload = args.compared
         options = _options(args, WORKLOADS[workload][0])
+        _check(options)  # a missing wrk or node fails here, before any server starts
         results = _compare(workload, options, args.pin_server, args.skip_reference, getattr(args, "baseline", False))
     else:
         workload = args.workload
         options = _options(args, WORKLOADS[workload][0])
+        _check(options)
         results = {"server": asyncio.run(_measure(args.url, workload, options))}
     print_results(f"rill bench {args.workload}{' ' + workload if args.workload == 'compare' else ''}", results)
     if args.json_out:
