@@ -128,3 +128,34 @@ async def test_without_direct_writes_events_go_through_send(tmp_path: Path) -> N
             assert payloads(s.text()) == b"onetwothree"
             assert s.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
             assert b'"streamClosed":true' in s.text()
+
+
+async def test_deleting_the_stream_ends_its_subscribers(tmp_path: Path) -> None:
+    async with running_node(tmp_path) as node, client_for(node) as client:
+        assert (await client.put("/v1/stream/d", headers=OCTET)).status_code == 201
+        subs = [Subscription(node.app, "/v1/stream/d", FakeWriter()) for _ in range(3)]
+        subs.append(Subscription(node.app, "/v1/stream/d", None))
+        await asyncio.wait_for(asyncio.gather(*(s.started.wait() for s in subs)), 10)
+        assert (await client.delete("/v1/stream/d")).status_code == 204
+        await asyncio.wait_for(asyncio.gather(*(s.task for s in subs)), 10)
+        for s in subs:
+            assert s.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_json_batches_are_shared_as_arrays(tmp_path: Path) -> None:
+    async with running_node(tmp_path) as node, client_for(node) as client:
+        headers = {"content-type": "application/json"}
+        assert (await client.put("/v1/stream/j", headers=headers)).status_code == 201
+        subs = [Subscription(node.app, "/v1/stream/j", FakeWriter()) for _ in range(4)]
+        await asyncio.wait_for(asyncio.gather(*(s.started.wait() for s in subs)), 10)
+        assert (await client.post("/v1/stream/j", content=b'[{"a":1},{"b":2}]', headers=headers)).is_success
+        for _ in range(100):
+            if all(s.writer and s.writer.written for s in subs):
+                break
+            await asyncio.sleep(0.01)
+        texts = {s.text() for s in subs}
+        assert len(texts) == 1
+        assert b'event: data\ndata:[{"a":1},{"b":2}]\n' in texts.pop()
+        for s in subs:
+            s.gone.set()
+        await asyncio.wait_for(asyncio.gather(*(s.task for s in subs)), 10)
