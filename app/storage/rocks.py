@@ -120,6 +120,9 @@ class RocksKV:
         replaced: list[tuple[bytes, bytes]] = []  # chunk ranges of values this batch overwrites
         for kind, cf, key, value in batch.ops:
             if kind == PUT:
+                if type(value) is bytes and len(value) <= large.LARGE:  # the common case, first
+                    wb.put(key, value, handles[cf])
+                    continue
                 assert value is not None
                 if large.size_of(value) > large.LARGE:
                     value = self._write_chunks(cf, key, value, deleted, replaced)
