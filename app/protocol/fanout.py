@@ -6,8 +6,9 @@ once, frames them once as an HTTP chunk, and writes the same bytes to every subs
 position. Only a subscriber whose request carried a cursor at or past the current interval gets a
 control event of its own (the protocol's jitter rule).
 
-A subscriber whose unsent bytes pass `sse_buffer_bytes` is disconnected and resumes from its
-offset when it reconnects: a slow reader never holds the others back or grows memory without bound.
+A subscriber whose unsent bytes pass `sse_buffer_bytes` when an event is due is disconnected, and
+resumes from its offset when it reconnects: a slow reader never holds the others back, and holds
+at most that much plus one event (a read chunk) of memory.
 """
 
 from __future__ import annotations
@@ -255,12 +256,12 @@ def _write(sub: Subscriber, framed: bytes, event: bytes, limit: int) -> bool:
     if sink.closed:
         _release(sub, Release.DROPPED)
         return False
-    sink.put(framed, event)
-    sub.last_write = asyncio.get_running_loop().time()
-    if sink.buffered() > limit:
+    if sink.buffered() > limit:  # what it has not taken yet, before this event: it holds at most one event more
         sink.drop()
         _release(sub, Release.DROPPED)
         return False
+    sink.put(framed, event)
+    sub.last_write = asyncio.get_running_loop().time()
     return True
 
 
