@@ -8,6 +8,7 @@ the Starlette application.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 from starlette.applications import Starlette
@@ -110,12 +111,20 @@ class StreamRoutes:
 def _target(scope: Scope) -> StreamTarget | Extension | str:
     """What a request names, from the path as the client sent it (strictly decoded, see decode_path)."""
     raw = scope.get("raw_path")
+    if raw is None:
+        return _path_target(scope["path"])
+    return _raw_target(raw, scope["path"])
+
+
+@functools.lru_cache(maxsize=4096)  # ids are at most 1 KiB: a few MiB at most
+def _raw_target(raw: bytes, path: str) -> StreamTarget | Extension | str:
+    """Remembered per path: the same streams are named over and over (errors are not remembered)."""
     try:
-        path = scope["path"] if raw is None else decode_path(raw)
+        decoded = decode_path(raw)
     except ProtocolError:
-        _path_target(scope["path"])  # a bad /ds bucket id is reported as one
+        _path_target(path)  # a bad /ds bucket id is reported as one
         raise
-    return _path_target(path)
+    return _path_target(decoded)
 
 
 def _path_target(path: str) -> StreamTarget | Extension | str:
