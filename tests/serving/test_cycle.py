@@ -1,0 +1,101 @@
+"""The response's start: what uvicorn would write, in one write with the body when the length is known."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from app.serving.cycle import Cycle
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class FakeFlow:
+    write_paused = False
+
+    async def drain(self) -> None:  # pragma: no cover - never paused here
+        pass
+
+
+def cycle(method: str = "POST", keep_alive: bool = True) -> tuple[Cycle, FakeTransport]:
+    transport = FakeTransport()
+    logger = logging.getLogger("test")
+    scope: Any = {"type": "http", "method": method, "http_version": "1.1", "path": "/"}
+    c = Cycle(
+        scope, transport, FakeFlow(), logger, logger, False, [(b"server", b"rill")], asyncio.Event(), False,  # type: ignore[arg-type]
+        keep_alive, lambda: None,
+    )  # fmt: skip
+    return c, transport
+
+
+async def test_a_response_of_known_length_goes_out_in_one_write() -> None:
+    c, transport = cycle()
+    await c.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    assert transport.writes == []
+    await c.send({"type": "http.response.body", "body": b"hello"})
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\nserver: rill\r\ncontent-length: 5\r\n\r\nhello"]
+    assert c.response_complete
+
+
+async def test_a_204_and_a_head_write_the_head_alone() -> None:
+    c, transport = cycle()
+    await c.send({"type": "http.response.start", "status": 204, "headers": [(b"stream-next-offset", b"1")]})
+    await c.send({"type": "http.response.body", "body": b""})
+    assert transport.writes == [b"HTTP/1.1 204 No Content\r\nserver: rill\r\nstream-next-offset: 1\r\n\r\n"]
+    c, transport = cycle("HEAD")
+    await c.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    await c.send({"type": "http.response.body", "body": b"hello"})
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\nserver: rill\r\ncontent-length: 5\r\n\r\n"]
+    assert c.response_complete
+
+
+async def test_a_streaming_response_writes_its_head_at_once_and_is_chunked() -> None:
+    c, transport = cycle("GET")
+    await c.send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    assert transport.writes == [
+        b"HTTP/1.1 200 OK\r\nserver: rill\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    ]
+    await c.send({"type": "http.response.body", "body": b"abc", "more_body": True})
+    await c.send({"type": "http.response.body", "body": b"", "more_body": False})
+    assert transport.writes[1:] == [b"3\r\nabc\r\n", b"0\r\n\r\n"]
+
+
+async def test_connection_close_is_added_when_not_kept_alive() -> None:
+    c, transport = cycle(keep_alive=False)
+    await c.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+    await c.send({"type": "http.response.body", "body": b""})
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\nserver: rill\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"]
+    assert transport.closed
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [[(b"bad name", b"x")], [(b"x-ok", b"line\r\nbreak")], [(b"x-ok", b"nul\x00")]],
+)
+async def test_invalid_header_names_and_values_are_refused(headers: list[tuple[bytes, bytes]]) -> None:
+    c, transport = cycle()
+    with pytest.raises(RuntimeError):
+        await c.send({"type": "http.response.start", "status": 200, "headers": headers})
+    assert transport.writes == []
