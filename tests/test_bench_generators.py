@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import shutil
+import threading
 
 import pytest
 
@@ -40,3 +42,35 @@ def test_wrk_append_generator_has_no_errors(rill: RillProcess) -> None:
 def test_wrk_generator_refuses_idempotent_producers() -> None:
     with pytest.raises(SystemExit, match="--producers needs --generator python"):
         AppendOptions(generator="wrk", producers=True).check()
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="needs wrk (apt-get install wrk)")
+def test_wrk_counts_a_redirect_as_no_append() -> None:
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_PUT(self) -> None:
+            self._answer(201)
+
+        def do_POST(self) -> None:
+            self._answer(307)
+
+        def _answer(self, status: int) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(status)
+            self.send_header("location", "http://127.0.0.1:1/elsewhere")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/stream"
+        opts = AppendOptions(streams=2, writers=2, seconds=1, warmup=0, generator="wrk")
+        result = asyncio.run(run_append(Run([url]), opts))
+    finally:
+        server.shutdown()
+    assert result["ok"] == 0 and result["errors"]["http 3xx"] > 0
