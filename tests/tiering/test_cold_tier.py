@@ -187,7 +187,8 @@ def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Pat
         *SMALL_SEGMENTS,
         "--hot-backlog-budget",
         "30000",
-        env=AWS_ENV,
+        # No shared tail: the evicted records must be only in the store, which is down.
+        env={**AWS_ENV, "RILL_TAIL_CACHE_BYTES": "0"},
     ).start()
     rng = random.Random(9)
     try:
