@@ -46,7 +46,7 @@ class Sink(Protocol):
 
 
 class DirectSink:
-    """Writes the shared chunk straight to the connection (see app/serving/chunks.py)."""
+    """Writes the shared chunk straight to the connection (see app/serving/cycle.py)."""
 
     __slots__ = ("_writer",)
 

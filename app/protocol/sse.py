@@ -25,7 +25,7 @@ from app.protocol.reads import ReadRequest, checked_position, live_seconds, rend
 from app.protocol.sse_events import control_event, data_event, is_binary
 from app.protocol.target import StreamTarget
 
-CHUNKS_EXTENSION = "rill.chunks"  # app/serving/chunks.py: direct writes to the connection
+CHUNKS_EXTENSION = "rill.chunks"  # app/serving/cycle.py: direct writes to the connection
 
 
 async def serve(engine: Engine, call: Call, target: StreamTarget, read: ReadRequest, send: Send) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from typing import Any, cast
+from collections import deque
+from typing import Any
 
 import httptools
 from uvicorn.config import Config
@@ -24,8 +25,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from app.serving import chunks
-from app.serving.cycle import Cycle
+from app.serving.cycle import EXTENSION, Cycle
 from app.serving.limits import LINGER_SECONDS, EdgeLimits
 from app.serving.responses import error_response
 
@@ -69,6 +69,8 @@ class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, bounded: see the module's docstring."""
 
     limits = EdgeLimits()  # protocol_for() binds the server's limits
+    cycle: Cycle  # type: ignore[assignment]
+    pipeline: deque[tuple[Cycle, Any]]  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -108,10 +110,22 @@ class EdgeProtocol(HttpToolsProtocol):
         self._arm(self._idle_since + self.limits.keepalive_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """uvicorn's, with the Cycle's wake-up in place of its message event."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        super().connection_lost(exc)
+        self.connections.discard(self)
+        cycle = self.cycle
+        if cycle is not None:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+            cycle.wake()
+        if self.flow is not None:
+            self.flow.resume_writing()
+        if exc is None:
+            self.transport.close()
+            self._unset_keepalive_if_required()
+        self.parser = None  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         if self._done:
@@ -148,7 +162,20 @@ class EdgeProtocol(HttpToolsProtocol):
     # Parser callbacks (uvicorn's, plus the bookkeeping the limits need)
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy() if self.app_state else {},
+        }
         self._phase = _HEAD
         self._head_start = self.loop.time()
         # A request that begins mid-read after another one's bytes: this read is not counted (it
@@ -208,35 +235,38 @@ class EdgeProtocol(HttpToolsProtocol):
         scope["raw_path"] = self.root_path.encode("ascii") + raw_path
         scope["query_string"] = parsed_url.query or b""
         existing = self.cycle
-        self.cycle = Cycle(
-            scope=scope,
-            transport=self.transport,
-            flow=self.flow,
-            logger=self.logger,
-            access_logger=self.access_logger,
-            access_log=self.access_log,
-            default_headers=self.server_state.default_headers,
-            message_event=asyncio.Event(),
-            expect_100_continue=self.expect_100_continue,
+        cycle = self.cycle = Cycle(
+            scope,
+            self.transport,
+            self.flow,
+            self.server_state.default_headers,
             keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
+            expect_100_continue=self.expect_100_continue,
             on_response=self.on_response_complete,
+            access_log=self.access_log,
         )
-        extensions = cast(dict[str, Any], scope.setdefault("extensions", {}))
-        extensions[chunks.EXTENSION] = chunks.ChunkWriter(self.cycle)
+        scope["extensions"] = {EXTENSION: cycle}  # type: ignore[dict-item]
         if existing is None or existing.response_complete:
             self._start_asgi_task(self.cycle, self.app)
         else:  # pipelined: queued behind the response under way
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, self.app))
 
+    def _start_asgi_task(self, cycle: Cycle, app: Any) -> None:  # type: ignore[override]
+        task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         self._body_last = self.loop.time()
-        super().on_body(body)
+        if not self.cycle.response_complete:
+            self.cycle.body_received(body)
 
     def on_message_complete(self) -> None:
         self._phase = _IDLE
-        super().on_message_complete()
+        if not self.cycle.response_complete:
+            self.cycle.message_complete()
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
@@ -355,7 +385,7 @@ class EdgeProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app's receive() reports a disconnect, its send() is dropped
             cycle.keep_alive = False
-            cycle.message_event.set()
+            cycle.wake()
         if not answer:
             self.transport.close()
             return

@@ -20,7 +20,7 @@ OCTET = {"content-type": "application/octet-stream"}
 
 
 class FakeWriter:
-    """Stands in for app/serving/chunks.py's ChunkWriter: records what is written to the socket."""
+    """Stands in for app/serving/cycle.py's direct writes: records what is written to the socket."""
 
     def __init__(self) -> None:
         self.ready = False

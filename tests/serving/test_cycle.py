@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
 import pytest
@@ -41,12 +39,8 @@ class FakeFlow:
 
 def cycle(method: str = "POST", keep_alive: bool = True) -> tuple[Cycle, FakeTransport]:
     transport = FakeTransport()
-    logger = logging.getLogger("test")
     scope: Any = {"type": "http", "method": method, "http_version": "1.1", "path": "/"}
-    c = Cycle(
-        scope, transport, FakeFlow(), logger, logger, False, [(b"server", b"rill")], asyncio.Event(), False,  # type: ignore[arg-type]
-        keep_alive, lambda: None,
-    )  # fmt: skip
+    c = Cycle(scope, transport, FakeFlow(), [(b"server", b"rill")], keep_alive)  # type: ignore[arg-type]
     return c, transport
 
 
