@@ -26,6 +26,7 @@ from app.state_machine.commands import (
     Command,
     CreateBucket,
     CreateStream,
+    Envelope,
     Outcome,
     PublishSnapshot,
     SetAttrs,
@@ -182,8 +183,11 @@ class Engine:
                 503, "cold_tier_backlog", "too much data is waiting for the object store; retry later",
                 {"retry-after": "5"},
             )  # fmt: skip
-        charge = self.quotas.check(command, self.now_ms()) if self.quotas is not None else None
-        data = encode_envelope(self.now_ms(), command)
+        now = self.now_ms()
+        charge = self.quotas.check(command, now) if self.quotas is not None else None
+        data = encode_envelope(now, command)
+        # An append's apply on this node can take the command as it is, not decoded from the entry.
+        decoded = Envelope(now, command) if isinstance(command, Append) and len(command.body) <= LARGE_BODY else None
         if self.disk is not None and _grows_storage(command):
             self.disk.check(len(data))  # 507 below the free-space watermark
         if isinstance(command, Append | CreateStream) and len(command.body) > LARGE_BODY:
@@ -191,7 +195,7 @@ class Engine:
             command.body = memoryview(b"")
         try:
             # A large entry is a bytearray; the log only encodes, slices and decodes it, as bytes.
-            outcome = await self.node.propose(cast(bytes, data))
+            outcome = await self.node.propose(cast(bytes, data), decoded)
         except NotLeader:
             raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
         except ProposalDropped:

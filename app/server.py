@@ -239,6 +239,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             quotas=Quotas(machine, settings.bucket_quota, settings.bucket_quotas),
         )
         app.state.engine = engine
+        streams.bind(engine)
         tiering = TieringWorker(
             engine,
             store,
@@ -336,10 +337,10 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             return
         # Only browser requests carry Origin; the rest skip the CORS wrappers' per-message work.
         if scope["type"] == "http":
-            origin = next((value for name, value in scope["headers"] if name == b"origin"), None)
-            if origin is not None:
-                await cors_for(scope, origin.decode("latin-1"))(scope, receive, with_security_headers(send))
-                return
+            for name, value in scope["headers"]:
+                if name == b"origin":
+                    await cors_for(scope, value.decode("latin-1"))(scope, receive, with_security_headers(send))
+                    return
         await streams(scope, receive, send)
 
     return app

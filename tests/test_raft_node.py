@@ -110,3 +110,35 @@ def test_compaction_also_triggers_on_bytes(tmp_path: Path, monkeypatch: pytest.M
         await n.close()
 
     asyncio.run(scenario())
+
+
+def test_a_proposal_given_decoded_is_applied_without_decoding_and_as_if_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.state_machine import machine as machine_module
+    from app.state_machine.commands import Envelope, decode_envelope
+
+    decodes = 0
+
+    def counting_decode(raw: bytes) -> Envelope:
+        nonlocal decodes
+        decodes += 1
+        return decode_envelope(raw)
+
+    async def scenario() -> None:
+        nonlocal decodes
+        n = await _started(tmp_path, "s")
+        monkeypatch.setattr(machine_module, "decode_envelope", counting_decode)
+        command = Append(COMPAT_BUCKET, "s", "text/plain", memoryview(bytearray(b"given,")))
+        data = encode_envelope(7, command)
+        outcome = await n.node.propose(data, Envelope(7, command))  # type: ignore[arg-type]
+        assert outcome.code is Code.APPENDED and decodes == 0
+        await n.propose(Append(COMPAT_BUCKET, "s", "text/plain", b"decoded,"))
+        assert decodes == 1  # no decoded form given: decoded from the entry
+        await n.close()
+        n = Node(tmp_path)  # both were stored as their bytes say
+        await n.node.start()
+        assert _read_all(n.machine, "s") == b"given,decoded,"
+        await n.close()
+
+    asyncio.run(scenario())

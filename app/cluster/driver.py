@@ -87,7 +87,9 @@ class RaftNode:
         self._seed = seed if seed is not None else time.monotonic_ns()
         self.core = self._load_core(voters, learners or [])
         self._full = False  # a store ran out of space: no writes until it takes them again
-        self._pending: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._pending: list[tuple[bytes, asyncio.Future[Any], Any]] = []
+        # This node's proposals the caller also gave decoded, by index: their apply skips decoding.
+        self._proposed: dict[int, tuple[bytes, Any]] = {}
         self._waiters: dict[int, tuple[int, asyncio.Future[Any]]] = {}
         self._inbox: list[Message] = []
         self._wake = asyncio.Event()
@@ -183,14 +185,18 @@ class RaftNode:
         except Exception as exc:  # out of space: the state store's log still holds every apply
             log.warning("could not sync the state store: %s", exc)
 
-    async def propose(self, data: bytes) -> Any:
-        """Replicates `data` and returns the state machine's result for it."""
+    async def propose(self, data: bytes, decoded: Any = None) -> Any:
+        """Replicates `data` and returns the state machine's result for it.
+
+        `decoded`, if given, is what the state machine would decode `data` into; applied here, the
+        entry uses it instead of decoding its bytes again.
+        """
         if not self.is_leader:
             raise NotLeader(self.core.leader)
         if self._full:
             raise _disk_full()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((data, fut))
+        self._pending.append((data, fut, decoded))
         self._wake.set()
         return await fut
 
@@ -265,7 +271,7 @@ class RaftNode:
         for msg in inbox:
             self.core.step(msg)
         pending, self._pending = self._pending, []
-        for data, fut in pending:
+        for data, fut, decoded in pending:
             if fut.done():
                 continue  # the caller gave up (cancelled) before its proposal was taken
             index = self.core.propose(data)
@@ -273,6 +279,8 @@ class RaftNode:
                 fut.set_exception(NotLeader(self.core.leader))
             else:
                 self._waiters[index] = (self.core.term, fut)
+                if decoded is not None:
+                    self._proposed[index] = (data, decoded)
         if self._read_requests:
             self._ask_read_index()
         while True:
@@ -400,7 +408,7 @@ class RaftNode:
     def _apply(self, entries: list[Entry]) -> None:
         membership = self.machine.membership
         with out_of_space():
-            results = self.machine.apply(entries)
+            results = self.machine.apply(entries, self._decoded(entries))
         for entry, result in zip(entries, results, strict=True):
             waiter = self._waiters.pop(entry.index, None)
             if waiter is None:
@@ -477,10 +485,21 @@ class RaftNode:
         self._wake.set()
         log.info("the stores take writes again")
 
+    def _decoded(self, entries: list[Entry]) -> dict[int, Any]:
+        """What this node proposed among `entries`, decoded: the entries that are the very bytes it proposed."""
+        proposed, known = self._proposed, {}
+        if proposed:
+            for entry in entries:
+                mine = proposed.pop(entry.index, None)
+                if mine is not None and mine[0] is entry.data:
+                    known[entry.index] = mine[1]
+        return known
+
     def _fail_waiting(self, synced: int) -> None:
         """Fails pending reads and the proposals whose entries are not synced (index past `synced`)."""
         unsynced = [self._waiters.pop(i)[1] for i in list(self._waiters) if i > synced]
-        for fut in [*(f for _, f in self._pending), *unsynced]:
+        self._proposed.clear()
+        for fut in [*(f for _, f, _ in self._pending), *unsynced]:
             if not fut.done():
                 fut.set_exception(_disk_full())
         reads: list[asyncio.Future[Any]] = [*self._read_requests, *(f for fs in self._reads.values() for f in fs)]

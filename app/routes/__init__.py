@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
+from app.node import Engine
 from app.protocol.buckets import serve_bucket
 from app.protocol.errors import error_reply, render_error
 from app.protocol.extensions import Extension, serve_extension
@@ -42,6 +43,17 @@ class StreamRoutes:
         self.fallback = fallback
         self.auth = auth
         self.forwarder = Forwarder()
+        self._engine: Engine | None = None
+
+    def bind(self, engine: Engine) -> None:
+        """Called at startup with the node's engine (each start of the app makes a new one)."""
+        self._engine = engine
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("the app has not started: no engine yet")
+        return self._engine
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,11 +73,11 @@ class StreamRoutes:
                 await send_reply(send, error_reply(500, "internal_error", "internal server error"))
         finally:
             if call.held:
-                self.fallback.state.engine.body_budget.give_back(call.held)
+                self.engine.body_budget.give_back(call.held)
 
     async def _serve(self, call: Call, send: Send) -> None:
         scope = call.scope
-        engine = self.fallback.state.engine
+        engine = self.engine
         head_only = call.method == "HEAD"
         try:
             target = _target(scope)

@@ -26,6 +26,7 @@ from app.state_machine.commands import (
     DeleteBucket,
     DeleteSnapshot,
     DeleteStream,
+    Envelope,
     Evict,
     ForgetObjects,
     Outcome,
@@ -84,7 +85,8 @@ class StateMachine:
         if self.on_change is not None:
             self.on_change(before | set(self.streams))
 
-    def apply(self, entries: list[Entry]) -> list[Outcome | None]:
+    def apply(self, entries: list[Entry], known: dict[int, Envelope] | None = None) -> list[Outcome | None]:
+        """Applies committed entries; `known` holds some of them already decoded, by index."""
         table = self.table
         results: list[Outcome | None] = []
         for entry in entries:
@@ -94,7 +96,9 @@ class StateMachine:
             elif not entry.data:
                 results.append(None)
             else:
-                env = decode_envelope(entry.data)
+                env = known.get(entry.index) if known else None
+                if env is None:
+                    env = decode_envelope(entry.data)
                 results.append(RULES[type(env.command)](table, env.command, env.now))
         changed = table.commit(entries[-1].index, entries[-1].term)
         if changed and self.on_change is not None:

@@ -19,21 +19,18 @@ from app.storage.kv import Buffer
 class Ring:
     """One stream's contiguous run of recent records: positions [start, end)."""
 
-    __slots__ = ("head", "payloads", "positions", "size")
+    __slots__ = ("end", "head", "payloads", "positions", "size")
 
     def __init__(self, pos: int) -> None:
         self.positions: list[int] = [pos]  # a sentinel start until the first record lands
         self.payloads: list[bytes] = []
         self.head = 0  # records before it were dropped (lists are compacted now and then)
         self.size = 0
+        self.end = pos
 
     @property
     def start(self) -> int:
         return self.positions[self.head]
-
-    @property
-    def end(self) -> int:
-        return self.positions[-1] + len(self.payloads[-1]) if self.payloads else self.positions[-1]
 
     def push(self, pos: int, payload: bytes) -> None:
         if not self.payloads:
@@ -42,6 +39,7 @@ class Ring:
             self.positions.append(pos)
         self.payloads.append(payload)
         self.size += len(payload)
+        self.end = pos + len(payload)
 
     def pop_oldest(self) -> int:
         """Drops the oldest record; returns its size."""

@@ -6,7 +6,7 @@ exactly once, in order, and the members' state stores are identical."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.raft.log_store import LogStore
 from app.raft.messages import AppendResponse, Entry, Message, VoteResponse
@@ -29,14 +29,14 @@ class Machine(StateMachine):
         self.sim = sim
         self.node_id = node_id
 
-    def apply(self, entries: list[Entry]) -> list[Outcome | None]:
+    def apply(self, entries: list[Entry], known: dict[int, Any] | None = None) -> list[Outcome | None]:
         if entries[0].index != self.applied_index + 1:
             self.sim.fail(f"node {self.node_id} applies {entries[0].index} after {self.applied_index}")
         for entry in entries:
             seen = self.sim.log.setdefault(entry.index, entry)
             if seen != entry:
                 self.sim.fail(f"node {self.node_id} applies {entry} where another applied {seen}")
-        return super().apply(entries)
+        return super().apply(entries, known)
 
 
 def check_durable(sim: Simulation, member: Member, msg: Message) -> None:
