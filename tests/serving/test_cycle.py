@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -93,3 +94,59 @@ async def test_invalid_header_names_and_values_are_refused(headers: list[tuple[b
     with pytest.raises(RuntimeError):
         await c.send({"type": "http.response.start", "status": 200, "headers": headers})
     assert transport.writes == []
+
+
+class ReadingFlow(FakeFlow):
+    def __init__(self) -> None:
+        self.resumed = 0
+        self.paused = 0
+
+    def resume_reading(self) -> None:
+        self.resumed += 1
+
+    def pause_reading(self) -> None:
+        self.paused += 1
+
+
+async def test_receive_waits_for_the_body_and_joins_its_pieces_once() -> None:
+    flow = ReadingFlow()
+    c = Cycle({"type": "http", "method": "POST"}, FakeTransport(), flow, [], True)  # type: ignore[arg-type]
+    waiting = asyncio.ensure_future(c.receive())
+    await asyncio.sleep(0)
+    assert not waiting.done() and flow.resumed == 1  # nothing yet: it asked for the body and waits
+    c.body_received(b"ab")
+    c.body_received(b"cd")
+    assert await waiting == {"type": "http.request", "body": b"abcd", "more_body": True}
+    c.body_received(b"e")
+    c.message_complete()
+    assert await c.receive() == {"type": "http.request", "body": b"e", "more_body": False}
+    # After the whole body, receive waits for the end of the response (or a disconnect).
+    waiting = asyncio.ensure_future(c.receive())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    await c.send({"type": "http.response.start", "status": 204})
+    await c.send({"type": "http.response.body", "body": b""})
+    assert await waiting == {"type": "http.disconnect"}
+
+
+async def test_a_body_past_the_high_water_mark_pauses_reading_and_a_disconnect_wakes_receive() -> None:
+    from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+
+    flow = ReadingFlow()
+    c = Cycle({"type": "http", "method": "POST"}, FakeTransport(), flow, [], True)  # type: ignore[arg-type]
+    c.body_received(b"x" * (HIGH_WATER_LIMIT + 1))
+    assert flow.paused == 1
+    assert (await c.receive())["body"] == b"x" * (HIGH_WATER_LIMIT + 1)
+    waiting = asyncio.ensure_future(c.receive())
+    await asyncio.sleep(0)
+    c.disconnected = True
+    c.wake()
+    assert await waiting == {"type": "http.disconnect"}
+
+
+async def test_100_continue_is_sent_when_the_app_first_reads() -> None:
+    transport = FakeTransport()
+    c = Cycle({"type": "http", "method": "POST"}, transport, ReadingFlow(), [], True, expect_100_continue=True)  # type: ignore[arg-type]
+    c.message_complete()
+    await c.receive()
+    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
