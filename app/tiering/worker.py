@@ -79,6 +79,8 @@ class TieringWorker:
         self.failing: Backoff[int] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
         self.deletions: Backoff[str] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
         self._hashed: dict[tuple[str, str], int] | None = None  # (bucket, hashed component) -> sid
+        # sid -> (tiered, the time of the record there): each pass would otherwise read it again.
+        self._first_times: dict[int, tuple[int, int]] = {}
 
     def status(self) -> dict[str, Any]:
         now = self.node.now_ms()
@@ -164,7 +166,10 @@ class TieringWorker:
                 await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
 
     def _due(self) -> list[StreamMeta]:
-        return [m for m in list(self.machine.streams.values()) if self._is_due(m)]
+        streams = self.machine.streams
+        for sid in [sid for sid in self._first_times if sid not in streams]:
+            del self._first_times[sid]
+        return [m for m in list(streams.values()) if self._is_due(m)]
 
     def _is_due(self, meta: StreamMeta) -> bool:
         pending = meta.tail - meta.tiered
@@ -172,10 +177,20 @@ class TieringWorker:
             return False
         if pending >= self.config.segment_max_bytes:
             return True
-        # The first record's header only: its time; a large record is not read whole every pass.
+        return self.node.now_ms() - self._first_time(meta) >= self.config.segment_max_age * 1000
+
+    def _first_time(self, meta: StreamMeta) -> int:
+        """When the first untiered record was appended (remembered until the stream tiers past it)."""
+        known = self._first_times.get(meta.sid)
+        if known is not None and known[0] == meta.tiered:
+            return known[1]
+        # The record's header only: a large record is not read whole.
         key, end = r.data_key(meta.sid, meta.tiered), r.data_key(meta.sid, meta.tiered + 1)
         first = next((head for _, head in self.machine.kv.scan_heads(r.DATA, key, end, r.RECORD_HEADER_SIZE)), None)
-        return first is not None and self.node.now_ms() - r.record_time(first) >= self.config.segment_max_age * 1000
+        if first is None:  # not applied here yet (or trimmed meanwhile): not due, ask again next pass
+            return self.node.now_ms()
+        self._first_times[meta.sid] = (meta.tiered, r.record_time(first))
+        return r.record_time(first)
 
     async def _tier_one(self, meta: StreamMeta) -> bool:
         built = await asyncio.to_thread(self._build, meta, meta.tiered, meta.tail, self._dir(meta))
