@@ -204,6 +204,9 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         )
         checkpoints.node = node
         app.state.verifier = Verifier(secret, settings.node_id)
+        app.state.transport = transport
+        if transport is not None:
+            transport.take_replies(app.state.verifier, node.receive)
         app.state.checkpoints = checkpoints
         limits = Limits(
             max_body_bytes=settings.max_body_bytes,
@@ -331,7 +334,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         if scope["type"] == "http" and scope["path"] == TRANSPORT_PATH:
             if scope["method"] == "POST":
                 state = starlette.state
-                await cluster_routes.raft_messages(state.engine, state.verifier, scope, receive, send)
+                await cluster_routes.raft_messages(state.engine, state.verifier, state.transport, scope, receive, send)
             else:
                 await send_reply(send, error_reply(405, "method_not_allowed", "POST only", {"allow": "POST"}))
             return

@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.cluster.checkpoints import decode_chunk
 from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
-from app.cluster.transport import AUTH_HEADER, Signature, Verifier, message_cap
+from app.cluster.transport import AUTH_HEADER, REPLIES_HEADER, Signature, Transport, Verifier, message_cap
 from app.cluster.transport import decode as decode_messages
 from app.domain.errors import ProtocolError
 from app.node import Engine
@@ -94,9 +94,12 @@ async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
             return
 
 
-async def raft_messages(engine: Engine, verifier: Verifier, scope: Scope, receive: Receive, send: Send) -> None:
+async def raft_messages(
+    engine: Engine, verifier: Verifier, transport: Transport | None, scope: Scope, receive: Receive, send: Send
+) -> None:
     """POST of a batch of Raft messages. Served ahead of the router: a cluster sends one per batch of
-    appends in each direction, and the router's machinery would cost more than the messages."""
+    appends, and the router's machinery would cost more than the messages. The response carries
+    this node's replies when the sender asks for them (see app/cluster/transport.py)."""
     call = Call.from_scope(scope, receive)
     limits = engine.limits
     cap = message_cap(max(limits.max_body_bytes, limits.snapshot_max_bytes))
@@ -118,6 +121,12 @@ async def raft_messages(engine: Engine, verifier: Verifier, scope: Scope, receiv
         return
     for msg in messages:
         node.receive(msg)
+    if transport is not None and call.headers.get(REPLIES_HEADER) == "1":
+        replies = await transport.replies_for(sig.src, messages)
+        if replies:
+            body, signature = transport.signed_reply(sig.src, replies)
+            await send_reply(send, Reply(200, {"content-type": "application/msgpack", AUTH_HEADER: signature}, body))
+            return
     await send_reply(send, Reply(204))
 
 

@@ -14,6 +14,14 @@ another node, signed more than `WINDOW_SECONDS` away from its clock, not signed 
 seen before (every MAC accepted within the window is remembered) is refused. Only then is the body
 read, up to a cap, and compared with the signed digest. A captured message therefore cannot be
 replayed, sent to another node, or reused on another route or with another body.
+
+Replies ride back on the response. A sender asks for them (`x-rill-replies: 1`); the receiver,
+once it has stepped a batch that calls for an answer (entries to append, a vote to give), waits a
+moment (`REPLY_WAIT`) for the messages its node then addresses to the sender (the acknowledgement,
+which follows the sync) and returns them as the response's body, signed as above for `REPLY_PATH`,
+so a reply can never pass as a request. What is not ready in time goes by the node's own sender.
+Under load each peer then costs one request per round instead of two, and a round's wait for the
+follower's sync lets the next batch grow meanwhile.
 """
 
 from __future__ import annotations
@@ -33,14 +41,17 @@ from typing import NamedTuple
 
 import msgspec
 
-from app.cluster.http1 import Connection, connect, encode_request
+from app.cluster.http1 import Connection, connect, encode_request, header
 from app.domain.errors import ProtocolError
-from app.raft.messages import Message
+from app.raft.messages import AppendEntries, Message, RequestVote
 
 log = logging.getLogger("rill.transport")
 
 PATH = "/_rill/raft"
+REPLY_PATH = PATH + "#reply"  # what a reply's signature names
 AUTH_HEADER = "x-rill-signature"
+REPLIES_HEADER = "x-rill-replies"
+REPLY_WAIT = 0.25  # seconds a receiver holds a response for its node's replies
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 BATCH_BYTES = 4 * 1024 * 1024  # a request packs messages up to about this much; a bigger message goes alone
 WINDOW_SECONDS = 5.0  # a signature is accepted this long before and after the receiver's clock
@@ -169,7 +180,15 @@ class Transport:
         self._bytes: dict[int, int] = {}
         self._ready: dict[int, asyncio.Event] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        # Peers whose request is held open for replies: the replies so far, their size, the wake-up.
+        self._held: dict[int, tuple[list[Message], list[int], asyncio.Future[None]]] = {}
+        self._verifier: Verifier | None = None
+        self._deliver: Callable[[Message], None] | None = None
         self.set_peers(peers)
+
+    def take_replies(self, verifier: Verifier, deliver: Callable[[Message], None]) -> None:
+        """Asks peers for replies on their responses, checked with `verifier` and handed to `deliver`."""
+        self._verifier, self._deliver = verifier, deliver
 
     def set_peers(self, peers: dict[int, str]) -> None:
         """Follows a membership change: senders for new nodes, none for removed ones."""
@@ -187,6 +206,13 @@ class Transport:
         for msg in messages:
             queue = self._queues.get(msg.dst)
             if queue is None:
+                continue
+            held = self._held.get(msg.dst)
+            if held is not None and held[1][0] < BATCH_BYTES:
+                held[0].append(msg)
+                held[1][0] += _size(msg)
+                if not held[2].done():
+                    held[2].set_result(None)
                 continue
             queue.append(msg)
             self._bytes[msg.dst] += _size(msg)
@@ -214,15 +240,60 @@ class Transport:
                 continue
             body = _encoder.encode(batch)
             headers = {AUTH_HEADER: sign(self.secret, self.node_id, peer, PATH, body)}
+            if self._deliver is not None:
+                headers[REPLIES_HEADER] = "1"
             try:
                 if conn is None:
                     conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
-                await conn.request(encode_request("POST", url, headers, body), timeout=2.0)
+                status, reply = await conn.request(encode_request("POST", url, headers, body), timeout=2.0)
+                if status == 200 and reply:
+                    self._take_reply(peer, conn.head, reply)
             except Exception as exc:  # noqa: BLE001 - whatever went wrong, this sender must live on
                 log.debug("raft messages to node %s lost: %r", peer, exc)
                 if conn is not None:
                     conn.close()
                 conn = None
+
+    def _take_reply(self, peer: int, head: bytes, body: bytes) -> None:
+        """Hands the node the messages `peer` replied with, if they are signed by it for this node."""
+        if self._verifier is None or self._deliver is None:
+            return
+        value = header(head, AUTH_HEADER.encode())
+        try:
+            sig = self._verifier.check(value.decode("latin-1") if value else None, REPLY_PATH)
+        except ProtocolError as exc:
+            log.warning("refused a reply from node %s: %s", peer, exc.message)
+            return
+        if sig.src != peer or not Verifier.body_matches(sig, hashlib.sha256(body).hexdigest()):
+            log.warning("refused a reply from node %s: not signed by it, or not the body signed", peer)
+            return
+        for msg in decode(body):
+            if msg.src == peer and msg.dst == self.node_id:
+                self._deliver(msg)
+
+    async def replies_for(self, peer: int, messages: list[Message], timeout: float = REPLY_WAIT) -> list[Message]:
+        """The messages this node addresses to `peer` within `timeout`, if `messages` (just received
+        from it) call for an answer; they are taken from the peer's queue's way, not sent twice."""
+        if peer in self._held or peer not in self.peers:
+            return []
+        if not any(isinstance(msg, AppendEntries | RequestVote) for msg in messages):
+            return []
+        loop = asyncio.get_running_loop()
+        replies: list[Message] = []
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._held[peer] = (replies, [0], waiter)
+        timer = loop.call_later(timeout, _settle, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            del self._held[peer]
+        return replies
+
+    def signed_reply(self, peer: int, replies: list[Message]) -> tuple[bytes, str]:
+        """The body and signature header of a response carrying `replies` to `peer`."""
+        body = _encoder.encode(replies)
+        return body, sign(self.secret, self.node_id, peer, REPLY_PATH, body)
 
     async def stream(self, peer: int, path: str, bodies: AsyncIterator[bytes], timeout: float = 60.0) -> bool:
         """POSTs each body in turn on one connection, the next only after a 204; False on any failure."""
@@ -252,6 +323,11 @@ class Transport:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _size(msg: Message) -> int:
