@@ -44,8 +44,6 @@ class RocksKV:
                 raise
             log.error("%s: no space to open for writing (%s): opened read-only", self.path, exc)
             self._open(read_only=True)
-        self._sync = rocksdict.WriteOptions()
-        self._sync.sync = True
         self._nosync = rocksdict.WriteOptions()
 
     def _open(self, read_only: bool) -> None:
@@ -139,7 +137,9 @@ class RocksKV:
                 start, end = large.range_of(cf, key, value)
             if cf in self._chunked and self._chunks_handle is not None:  # its chunks go with the key
                 wb.delete_range(start, end, self._chunks_handle)
-        self._db.write(wb, self._sync if sync else self._nosync)
+        self._db.write(wb, self._nosync)
+        if sync:  # not WriteOptions.sync: rocksdict holds the GIL through that fsync, freezing the event loop
+            self.sync_wal()
         if replaced and self._chunks_handle is not None:
             # The old generations are unreferenced now; if this is lost, they are only unreachable bytes.
             stale = rocksdict.WriteBatch(raw_mode=True)
