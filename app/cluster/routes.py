@@ -25,7 +25,7 @@ from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, Ra
 from app.cluster.transport import AUTH_HEADER, REPLIES_HEADER, Signature, Transport, Verifier, message_cap
 from app.cluster.transport import decode as decode_messages
 from app.domain.errors import ProtocolError
-from app.node import Engine
+from app.node import Engine, Limits
 from app.protocol.errors import error_reply, render_error
 from app.protocol.http import Call, Reply, send_reply, to_response
 from app.raft.messages import Membership
@@ -53,8 +53,7 @@ def _refused(exc: ProtocolError) -> Response:
     return to_response(render_error(_closing(exc)))
 
 
-def _body_cap(request: Request) -> int:
-    limits = request.app.state.engine.limits
+def _body_cap(limits: Limits) -> int:
     return message_cap(max(limits.max_body_bytes, limits.snapshot_max_bytes))
 
 
@@ -80,7 +79,11 @@ async def _signed(
 
 async def _signed_body(request: Request) -> tuple[Signature, bytes]:
     return await _signed(
-        request.app.state.verifier, _body_cap(request), request.headers, request.scope["path"], request.stream()
+        request.app.state.verifier,
+        _body_cap(request.app.state.engine.limits),
+        request.headers,
+        request.scope["path"],
+        request.stream(),
     )
 
 
@@ -101,10 +104,8 @@ async def raft_messages(
     appends, and the router's machinery would cost more than the messages. The response carries
     this node's replies when the sender asks for them (see app/cluster/transport.py)."""
     call = Call.from_scope(scope, receive)
-    limits = engine.limits
-    cap = message_cap(max(limits.max_body_bytes, limits.snapshot_max_bytes))
     try:
-        sig, body = await _signed(verifier, cap, call.headers, call.path, _chunks(receive))
+        sig, body = await _signed(verifier, _body_cap(engine.limits), call.headers, call.path, _chunks(receive))
     except ProtocolError as exc:
         await send_reply(send, render_error(_closing(exc)))
         return

@@ -37,6 +37,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import msgspec
@@ -180,8 +181,7 @@ class Transport:
         self._bytes: dict[int, int] = {}
         self._ready: dict[int, asyncio.Event] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        # Peers whose request is held open for replies: the replies so far, their size, the wake-up.
-        self._held: dict[int, tuple[list[Message], list[int], asyncio.Future[None]]] = {}
+        self._held: dict[int, _Held] = {}  # peers whose request is held open for replies
         self._verifier: Verifier | None = None
         self._deliver: Callable[[Message], None] | None = None
         self.set_peers(peers)
@@ -208,11 +208,8 @@ class Transport:
             if queue is None:
                 continue
             held = self._held.get(msg.dst)
-            if held is not None and held[1][0] < BATCH_BYTES:
-                held[0].append(msg)
-                held[1][0] += _size(msg)
-                if not held[2].done():
-                    held[2].set_result(None)
+            if held is not None and held.size < BATCH_BYTES:
+                held.add(msg)
                 continue
             queue.append(msg)
             self._bytes[msg.dst] += _size(msg)
@@ -279,16 +276,14 @@ class Transport:
         if not any(isinstance(msg, AppendEntries | RequestVote) for msg in messages):
             return []
         loop = asyncio.get_running_loop()
-        replies: list[Message] = []
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._held[peer] = (replies, [0], waiter)
-        timer = loop.call_later(timeout, _settle, waiter)
+        held = self._held[peer] = _Held(loop.create_future())
+        timer = loop.call_later(timeout, held.wake)
         try:
-            await waiter
+            await held.waiter
         finally:
             timer.cancel()
             del self._held[peer]
-        return replies
+        return held.replies
 
     def signed_reply(self, peer: int, replies: list[Message]) -> tuple[bytes, str]:
         """The body and signature header of a response carrying `replies` to `peer`."""
@@ -325,9 +320,22 @@ class Transport:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _settle(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+@dataclass
+class _Held:
+    """A request held open for replies: those so far, their size, and what wakes its handler."""
+
+    waiter: asyncio.Future[None]
+    replies: list[Message] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, msg: Message) -> None:
+        self.replies.append(msg)
+        self.size += _size(msg)
+        self.wake()
+
+    def wake(self) -> None:
+        if not self.waiter.done():
+            self.waiter.set_result(None)
 
 
 def _size(msg: Message) -> int:

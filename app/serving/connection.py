@@ -162,20 +162,7 @@ class EdgeProtocol(HttpToolsProtocol):
     # Parser callbacks (uvicorn's, plus the bookkeeping the limits need)
 
     def on_message_begin(self) -> None:
-        self.url = b""
-        self.expect_100_continue = False
-        self.headers = []
-        self.scope = {  # type: ignore[typeddict-item]
-            "type": "http",
-            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
-            "http_version": "1.1",
-            "server": self.server,
-            "client": self.client,
-            "scheme": self.scheme,  # type: ignore[typeddict-item]
-            "root_path": self.root_path,
-            "headers": self.headers,
-            "state": self.app_state.copy() if self.app_state else {},
-        }
+        super().on_message_begin()
         self._phase = _HEAD
         self._head_start = self.loop.time()
         # A request that begins mid-read after another one's bytes: this read is not counted (it
