@@ -24,8 +24,7 @@ from app.protocol.http import SECURITY_HEADERS, Call
 from app.protocol.reads import ReadRequest, checked_position, live_seconds, render_body
 from app.protocol.sse_events import control_event, data_event, is_binary
 from app.protocol.target import StreamTarget
-
-CHUNKS_EXTENSION = "rill.chunks"  # app/serving/cycle.py: direct writes to the connection
+from app.serving.cycle import EXTENSION as CHUNKS_EXTENSION  # direct writes to the connection
 
 
 async def serve(engine: Engine, call: Call, target: StreamTarget, read: ReadRequest, send: Send) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from app.protocol import fanout
+from app.serving.cycle import EXTENSION
 from tests.inprocess import client_for, running_node
 
 pytestmark = pytest.mark.anyio
@@ -44,7 +45,7 @@ class Subscription:
         self.sent: list[dict[str, Any]] = []
         self.gone = asyncio.Event()
         self.started = asyncio.Event()
-        extensions = {"rill.chunks": writer} if writer is not None else {}
+        extensions = {EXTENSION: writer} if writer is not None else {}
         scope = {
             "type": "http",
             "asgi": {"version": "3.0"},
