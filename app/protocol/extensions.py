@@ -1,4 +1,4 @@
-"""The `/ds` sub-resources of a stream: attrs, append-batch, bootstrap, snapshot and retention."""
+"""The `/ds` sub-resources of a stream: attrs, append-batch, bootstrap, __ds/records, snapshot and retention."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from starlette.types import Send
 
 from app.node import Engine
-from app.protocol import append_batch, attrs, bootstrap, retention, stream_snapshots
+from app.protocol import append_batch, attrs, bootstrap, records, retention, stream_snapshots
 from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply
 from app.protocol.target import SUBROUTES, StreamTarget
@@ -41,6 +41,8 @@ async def _dispatch(engine: Engine, call: Call, ext: Extension) -> Reply:
         return await append_batch.append_batch(engine, call, target)
     if ext.kind == "bootstrap":
         return await bootstrap.bootstrap(engine, call, target)
+    if ext.kind == "__ds/records":
+        return await records.get_records(engine, call, target)
     if ext.kind == "retention":
         assert arg is not None
         return await retention.put_retention(engine, target, arg)

@@ -16,10 +16,12 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 # The /ds sub-resources of a stream, as trailing path segments: kind -> (methods without an
 # offset argument, methods with one, as in snapshot/{offset}). No /ds stream id may end in them.
+NAMESPACE = "__ds"  # the protocol's sub-resources of a stream live under {stream}/__ds/
 SUBROUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "attrs": (("GET", "HEAD", "PUT"), ()),
     "append-batch": (("POST",), ()),
     "bootstrap": (("GET", "HEAD"), ()),
+    "__ds/records": (("GET", "HEAD"), ()),
     "snapshot": (("GET", "HEAD"), ("GET", "HEAD", "PUT", "DELETE")),
     "retention": ((), ("PUT",)),
 }
@@ -80,6 +82,9 @@ def validate_stream_id(name: str, *, ds: bool = False) -> None:
     segments = name.split("/")
     if any(seg in ("", ".", "..") for seg in segments):
         raise bad_request("stream id has an empty, '.' or '..' segment", "invalid_stream_id")
+    if ds and NAMESPACE in segments:
+        message = f"stream id may not have a {NAMESPACE} segment (the protocol's namespace)"
+        raise bad_request(message, "invalid_stream_id")
     if ds and _ends_in_subroute(segments):
         raise bad_request("stream id may not end in a reserved sub-route", "invalid_stream_id")
 
@@ -90,6 +95,8 @@ def _ends_in_subroute(segments: list[str]) -> bool:
 
 def split_subroute(segments: list[str]) -> tuple[str, str, str | None] | None:
     """(stream id, kind, offset) when a /ds stream path names a sub-resource; None otherwise."""
+    if len(segments) >= 3 and segments[-2] == NAMESPACE and f"{NAMESPACE}/{segments[-1]}" in SUBROUTES:
+        return "/".join(segments[:-2]), f"{NAMESPACE}/{segments[-1]}", None
     if len(segments) >= 2 and segments[-1] in SUBROUTES:
         return "/".join(segments[:-1]), segments[-1], None
     if len(segments) >= 3 and segments[-2] in WITH_OFFSET:

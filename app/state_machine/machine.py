@@ -206,6 +206,9 @@ class StateMachine:
     ) -> Chunk:
         return reader.read(self.table, meta, pos, max_bytes, cold, whole)
 
+    def local_records(self, meta: r.StreamMeta, pos: int, max_bytes: int) -> tuple[list[tuple[int, bytes]], int] | None:
+        return reader.local_records(self.table, meta, pos, max_bytes)
+
     def snapshot_at(self, sid: int, pos: int) -> r.PublishedSnapshot | None:
         return snapshots.snapshot_at(self.table, sid, pos)
 

@@ -102,6 +102,15 @@ def build_view(bucket: str, stream: str, content_type: str, records: Sequence[Re
     return memoryview(sink.getvalue())
 
 
+def arrow_stream(bucket: str, stream: str, content_type: str, records: Sequence[Record]) -> bytes:
+    """Records as an Arrow IPC stream with the segments' schema (the records route's body)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, SCHEMA) as writer:
+        if records:
+            writer.write_table(_table(bucket, stream, content_type, records, SCHEMA))
+    return sink.getvalue().to_pybytes()
+
+
 def release_memory() -> None:
     """Hands memory Arrow keeps for reuse back to the system (after a large segment, it is a lot)."""
     pa.default_memory_pool().release_unused()

@@ -54,11 +54,19 @@ def test_invalid_stream_ids(name: str, message: str, ds: bool) -> None:
     assert exc.value.message == message
 
 
+@pytest.mark.parametrize("name", ["__ds", "a/__ds", "__ds/a", "a/__ds/b", "a/__ds/records"])
+def test_ds_ids_may_not_have_a_protocol_namespace_segment(name: str) -> None:
+    validate_stream_id(name)
+    with raises(400, "invalid_stream_id") as exc:
+        validate_stream_id(name, ds=True)
+    assert "__ds segment" in exc.value.message
+
+
 @pytest.mark.parametrize(
     "name",
     [
-        *[f"a/{kind}" for kind in SUBROUTES],
-        *SUBROUTES,
+        *[f"a/{kind}" for kind in SUBROUTES if "/" not in kind],
+        *[kind for kind in SUBROUTES if "/" not in kind],
         *[f"a/{kind}/x" for kind in WITH_OFFSET],
         *[f"{kind}/x" for kind in WITH_OFFSET],
     ],
@@ -70,7 +78,7 @@ def test_ds_ids_may_not_end_in_a_sub_route(name: str) -> None:
     assert exc.value.message == "stream id may not end in a reserved sub-route"
 
 
-@pytest.mark.parametrize("kind", WITHOUT_OFFSET)
+@pytest.mark.parametrize("kind", [k for k in WITHOUT_OFFSET if "/" not in k])
 def test_sub_routes_without_an_offset_reserve_only_the_last_segment(kind: str) -> None:
     validate_stream_id(f"a/{kind}/x", ds=True)
     validate_stream_id(f"{kind}/x", ds=True)
@@ -91,7 +99,8 @@ def test_bad_ids_are_refused_every_time() -> None:
 
 def test_sub_route_kinds() -> None:
     # Pinned: a new kind reserves a suffix, and existing /ds streams whose ids end in it become unreachable.
-    assert set(SUBROUTES) == {"attrs", "append-batch", "bootstrap", "snapshot", "retention"}
+    # New ones go under the protocol's own `__ds` segment, which no id may contain.
+    assert set(SUBROUTES) == {"attrs", "append-batch", "bootstrap", "snapshot", "retention", "__ds/records"}
     assert set(WITH_OFFSET) == {"snapshot", "retention"}
 
 
@@ -106,6 +115,7 @@ def test_sub_route_kinds() -> None:
         (["a", "snapshot", "X"], ("a", "snapshot", "X")),
         (["a", "b", "retention", "X"], ("a/b", "retention", "X")),
         (["a", "snapshot", "attrs"], ("a/snapshot", "attrs", None)),
+        (["a", "b", "__ds", "records"], ("a/b", "__ds/records", None)),
     ],
 )
 def test_split_subroute_names_the_stream_kind_and_offset(
@@ -115,7 +125,17 @@ def test_split_subroute_names_the_stream_kind_and_offset(
 
 
 @pytest.mark.parametrize(
-    "segments", [["a"], ["a", "b"], ["attrs"], ["snapshot", "X"], ["a", "attrs", "X"], ["a", "bootstrap", "X"]]
+    "segments",
+    [
+        ["a"],
+        ["a", "b"],
+        ["attrs"],
+        ["snapshot", "X"],
+        ["a", "attrs", "X"],
+        ["a", "bootstrap", "X"],
+        ["__ds", "records"],
+        ["a", "__ds", "nope"],
+    ],  # fmt: skip
 )
 def test_split_subroute_is_none_for_plain_stream_paths(segments: list[str]) -> None:
     assert split_subroute(segments) is None

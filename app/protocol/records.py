@@ -1,0 +1,48 @@
+"""`GET /ds/{bucket}/{stream}/__ds/records?offset=`: whole records with their metadata, as an Arrow IPC stream.
+
+A catch-up read flattens records into bytes (or a JSON array of messages). Readers that need each
+append as it was made (where it starts and ends, when it was appended, by which producer), such as
+Spark's reader of the part not yet tiered, read this instead. Its rows have the schema of the cold
+tier's segments, so a reader treats both tiers alike. It serves what this node holds locally:
+records already evicted to the object store answer 409 with `Stream-Tiered-Offset`, the position
+local records start at, and are read from their segments.
+"""
+
+from __future__ import annotations
+
+from app.domain.errors import ProtocolError, bad_request
+from app.domain.offsets import format_offset
+from app.node import Engine
+from app.protocol.headers import single_query
+from app.protocol.http import Call, Reply
+from app.protocol.reads import start_position
+from app.protocol.responses import NO_STORE
+from app.protocol.target import StreamTarget
+from app.state_machine import records as r
+from app.tiering.segment import Record, arrow_stream
+
+MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+
+
+async def get_records(engine: Engine, call: Call, target: StreamTarget) -> Reply:
+    if "live" in call.query:
+        raise bad_request("the records route is not a live read; poll from Stream-Next-Offset", "invalid_live")
+    meta = await engine.find_latest(target.bucket, target.name)
+    pos = start_position(meta, single_query(call.query, "offset"))
+    if not engine.machine.is_boundary(meta, pos):
+        raise bad_request("offset is not where a record starts", "invalid_offset")
+    found = engine.machine.local_records(meta, pos, engine.limits.read_chunk_bytes)
+    if found is None:
+        raise ProtocolError(
+            409, "records_tiered", "these records are only in the object store now: read them from its segments",
+            {"stream-tiered-offset": format_offset(meta.evicted)},
+        )  # fmt: skip
+    stored, next_pos = found
+    rows = [Record(p, r.record_time(v), r.record_payload(v), r.record_producer(v)) for p, v in stored]
+    headers = {"content-type": MEDIA_TYPE, "stream-next-offset": format_offset(next_pos), "cache-control": NO_STORE}
+    if next_pos >= meta.tail:
+        headers["stream-up-to-date"] = "true"
+        if meta.closed:
+            headers["stream-closed"] = "true"
+    engine.renew(meta)
+    return Reply(200, headers, arrow_stream(meta.bucket, meta.name, meta.content_type, rows))
