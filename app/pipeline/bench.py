@@ -36,7 +36,7 @@ def spark_vs_pyarrow(
     """
     from app.pipeline.export import build_session
 
-    opts = {"store": store_url, "bucket": bucket, **options}
+    opts = {"store": store_url, "bucket": bucket, "include_hot": "false", **options}
     read_options = ReadOptions.parse(opts)
     segments = plan(read_options)
     store = store_for(read_options)

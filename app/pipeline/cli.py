@@ -25,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     which.add_argument("--prefix", help="only streams whose name starts with this")
     p.add_argument("--out", required=True, help="output directory or URI Spark can write (file://, s3a://, …)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument("--url", help="a Rill server: also export what it has not tiered yet (default: the cold tier only)")
+    p.add_argument("--token", default=os.environ.get("RILL_TOKEN"), help="bearer token for --url (default RILL_TOKEN)")
     p.add_argument("--s3-endpoint-url", help="S3 endpoint (MinIO, moto); default AWS")
     p.add_argument("--region", help="S3 region (default AWS_REGION, else us-east-1)")
     p.add_argument("--path-style", choices=("true", "false"), help="S3 path-style addressing")
@@ -57,6 +59,9 @@ def read_options(args: argparse.Namespace) -> dict[str, str]:
         "to_offset": args.to_offset,
         "start_time": args.start_time,
         "end_time": args.end_time,
+        "url": args.url,
+        "token": args.token if args.url else None,
+        "include_hot": "true" if args.url else "false",
     }
     if args.store.startswith("s3://") and all(os.environ.get(v) for v in _AWS_ENV.values()):
         options.update({k: os.environ[v] for k, v in _AWS_ENV.items()})

@@ -24,8 +24,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from app.domain.offsets import format_offset
+from app.pipeline.hot import Server, list_tails, read_range
 from app.tiering.keys import HASHED, manifest_candidates
-from app.tiering.segment import SCHEMA, Manifest
+from app.tiering.segment import SCHEMA, Manifest, offset_of
 from app.tiering.store import ObjectStore, StoreOptions, open_store
 
 SPARK_SCHEMA: StructType = from_arrow_schema(SCHEMA)
@@ -33,6 +34,7 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _TOKEN = re.compile(r"\d{16}_\d{16}")
 _S3_OPTIONS = ("s3_endpoint_url", "region", "access_key_id", "secret_access_key", "session_token", "path_style")
 OPTIONS = ("store", "path", "bucket", "stream", "prefix", "from_offset", "to_offset", "start_time", "end_time")
+_SERVER = ("url", "token", "include_hot")
 _PACKING = ("max_partition_bytes", "min_partitions")
 
 
@@ -130,11 +132,12 @@ class ReadOptions:
     bounds: Bounds = field(default_factory=Bounds)
     max_partition_bytes: int = 0  # 0: a partition per segment
     min_partitions: int = 1
+    server: Server | None = None  # where the part not tiered yet is read (include_hot)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         opts = {k.lower(): v for k, v in options.items()}
-        known = OPTIONS + _S3_OPTIONS + _PACKING
+        known = OPTIONS + _S3_OPTIONS + _PACKING + _SERVER
         unknown = sorted(set(opts) - set(known))
         if unknown:
             raise ValueError(f"unknown rill option(s) {unknown}; known: {sorted(known)}")
@@ -170,7 +173,26 @@ class ReadOptions:
         bounds = Bounds(offsets=offsets, times=times)
         packing = _count(opts.get("max_partition_bytes"), "max_partition_bytes", 0)
         spread = _count(opts.get("min_partitions"), "min_partitions", 1)
-        return cls(store, bucket, opts.get("stream"), opts.get("prefix"), s3, bounds, packing, spread)
+        server = _server(opts)
+        return cls(store, bucket, opts.get("stream"), opts.get("prefix"), s3, bounds, packing, spread, server)
+
+
+def _server(opts: Mapping[str, str]) -> Server | None:
+    """The server the hot tail is read from; None when the read is of the cold tier only."""
+    hot = opts.get("include_hot", "true").strip().lower()
+    if hot not in ("true", "false"):
+        raise ValueError(f"option 'include_hot' must be true or false, not {opts['include_hot']!r}")
+    url = opts.get("url")
+    if url is not None and urlsplit(url).scheme not in ("http", "https"):
+        raise ValueError(f"option 'url' must be a Rill server's http:// or https:// base URL, not {url!r}")
+    if hot == "false":
+        return None
+    if not url:
+        raise ValueError(
+            "option 'url' (a Rill server, e.g. http://127.0.0.1:4437) is needed to read what is not tiered yet; "
+            "set include_hot=false to read only the cold tier"
+        )
+    return Server(url, opts.get("token") or None)
 
 
 def narrow(bounds: Bounds, f: sds.Filter, bucket: str) -> Bounds:
@@ -269,10 +291,18 @@ def _manifest_keys(store: ObjectStore, opts: ReadOptions, bounds: Bounds) -> lis
 
 def plan(options: Mapping[str, str] | ReadOptions, bounds: Bounds | None = None) -> list[SegmentPartition]:
     """The segments a read with these options (and pushed-down `bounds`) has to open, in stream/offset order."""
+    return plan_streams(options, bounds)[0]
+
+
+def plan_streams(
+    options: Mapping[str, str] | ReadOptions, bounds: Bounds | None = None
+) -> tuple[list[SegmentPartition], dict[str, int]]:
+    """`plan`'s segments, and where each stream's tiered part ends (its manifest's last segment)."""
     opts = options if isinstance(options, ReadOptions) else ReadOptions.parse(options)
     b = bounds or opts.bounds
+    ends: dict[str, int] = {}
     if b.nothing:
-        return []
+        return [], ends
     store = store_for(opts)
     out: list[SegmentPartition] = []
     for key in _manifest_keys(store, opts, b):
@@ -286,12 +316,14 @@ def plan(options: Mapping[str, str] | ReadOptions, bounds: Bounds | None = None)
         if opts.stream is not None and name != opts.stream:
             continue
         base = key[: -len("manifest.json")]
+        if manifest.segments:
+            ends[name] = offset_of(manifest.segments[-1].next_offset)
         for seg in manifest.segments:
             in_offsets = b.offsets.overlaps(seg.first_offset, seg.next_offset, most_open=True)
             if in_offsets and b.times.overlaps(seg.min_append_time * 1000, seg.max_append_time * 1000):
                 path, first, nxt = base + seg.path, seg.first_offset, seg.next_offset
                 out.append(SegmentPartition(name, path, first, nxt, seg.records, seg.bytes))
-    return out
+    return out, ends
 
 
 def pick_row_groups(meta: pq.FileMetaData, bounds: Bounds) -> list[int]:
@@ -310,20 +342,40 @@ def pick_row_groups(meta: pq.FileMetaData, bounds: Bounds) -> list[int]:
     return keep
 
 
-def read_segment(data: bytes, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The segment's rows inside `bounds`, as batches of `schema` (Spark's Arrow types), a row group at a time."""
+def segment_tables(data: bytes, bounds: Bounds) -> Iterator[pa.Table]:
+    """The row groups of a segment that may hold rows inside `bounds`, as read (the segments' schema)."""
     pf = pq.ParquetFile(pa.BufferReader(data))
     for group in pick_row_groups(pf.metadata, bounds):
         # One thread: Spark already runs a task per core, more would only contend with them.
-        table = pf.read_row_group(group, use_threads=False).cast(schema)
-        for rng, column, kind in (
-            (bounds.offsets, "offset", pa.string()),
-            (bounds.times, "append_time", pa.timestamp("us", tz="UTC")),
-        ):
-            mask = rng.mask(table[column], kind)
-            if mask is not None and not pc.all(mask).as_py():
-                table = table.filter(mask)
-        yield from table.to_batches()
+        yield pf.read_row_group(group, use_threads=False)
+
+
+def restrict(table: pa.Table, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The rows of `table` inside `bounds`, as batches of `schema` (Spark's Arrow types)."""
+    table = table.cast(schema)
+    for rng, column, kind in (
+        (bounds.offsets, "offset", pa.string()),
+        (bounds.times, "append_time", pa.timestamp("us", tz="UTC")),
+    ):
+        mask = rng.mask(table[column], kind)
+        if mask is not None and not pc.all(mask).as_py():
+            table = table.filter(mask)
+    yield from table.to_batches()
+
+
+def read_segment(data: bytes, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The segment's rows inside `bounds`, as batches of `schema`, a row group at a time."""
+    for table in segment_tables(data, bounds):
+        yield from restrict(table, bounds, schema)
+
+
+@dataclass
+class HotPartition(sds.InputPartition):
+    """A stream's records from the end of its tiered part to its tail when the read was planned."""
+
+    stream: str
+    lo: int
+    hi: int
 
 
 class RillReader(sds.DataSourceReader):
@@ -339,18 +391,50 @@ class RillReader(sds.DataSourceReader):
         return list(filters)
 
     def partitions(self) -> list[sds.InputPartition]:
-        return list(pack(plan(self.opts, self.bounds), self.opts.max_partition_bytes, self.opts.min_partitions))
+        opts = self.opts
+        # The tails first: a segment tiered after the listing then shows up in the manifests too,
+        # and its records are read from it rather than skipped.
+        tails = {} if opts.server is None else list_tails(opts.server, opts.bucket, opts.stream, opts.prefix)
+        segments, ends = plan_streams(opts, self.bounds)
+        out: list[sds.InputPartition] = list(pack(segments, opts.max_partition_bytes, opts.min_partitions))
+        for name, tail in sorted(tails.items()):
+            lo = ends.get(name, 0)
+            wanted = self.bounds.streams is None or name in self.bounds.streams
+            span = (format_offset(lo), format_offset(tail))
+            overlaps = lo < tail and self.bounds.offsets.overlaps(*span, most_open=True)
+            if wanted and overlaps and not self.bounds.nothing:
+                out.append(HotPartition(name, lo, tail))
+        return out
 
     def read(self, partition: sds.InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, HotPartition):
+            yield from self._read_hot(partition)
+            return
         # Anything else is Spark's stand-in partition for an empty plan.
         segments = partition.segments if isinstance(partition, SegmentGroup) else []
-        store = store_for(self.opts)
         for seg in segments:
-            try:
-                data = store.get(seg.key)
-            except KeyError:
-                raise FileNotFoundError(f"segment {seg.key} listed in its manifest is missing") from None
-            yield from read_segment(data, self.bounds, self.arrow_schema)
+            yield from read_segment(self._segment(seg.key), self.bounds, self.arrow_schema)
+
+    def _segment(self, key: str) -> bytes:
+        try:
+            return store_for(self.opts).get(key)
+        except KeyError:
+            raise FileNotFoundError(f"segment {key} listed in its manifest is missing") from None
+
+    def _read_hot(self, part: HotPartition) -> Iterator[pa.RecordBatch]:
+        assert self.opts.server is not None
+        # Records appended after planning belong to the next read.
+        bounds = replace(self.bounds, offsets=self.bounds.offsets.below(format_offset(part.hi), True))
+
+        def from_segments(lo: int, hi: int) -> Iterator[pa.Table]:
+            moved = Bounds(offsets=Range(format_offset(lo), False, format_offset(hi), True))
+            for seg in plan(replace(self.opts, stream=part.stream, prefix=None), moved):
+                for table in segment_tables(self._segment(seg.key), moved):
+                    yield table.filter(moved.offsets.mask(table["offset"], pa.string()))
+
+        hot = read_range(self.opts.server, self.opts.bucket, part.stream, part.lo, part.hi, from_segments)
+        for table in hot:
+            yield from restrict(table, bounds, self.arrow_schema)
 
 
 class RillDataSource(sds.DataSource):

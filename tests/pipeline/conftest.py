@@ -34,7 +34,8 @@ class Cold:
     manifests: dict[tuple[str, str], Manifest] = field(default_factory=dict)
 
     def opts(self, bucket: str = "b1", **extra: str) -> dict[str, str]:
-        return {**self.options, "bucket": bucket, **extra}
+        # A store written here, with no server beside it: the cold tier is all there is.
+        return {**self.options, "bucket": bucket, "include_hot": "false", **extra}
 
     def payload(self, bucket: str, stream: str, lo: int = 0, hi: int | None = None) -> bytes:
         """The bytes of the stream's records starting in [lo, hi)."""

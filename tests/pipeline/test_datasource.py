@@ -269,6 +269,9 @@ def test_missing_data_reads_as_an_empty_frame(spark: SparkSession, cold: Cold) -
         ({"store": "file:///tmp", "bucket": "b1", "path_style": "maybe"}, "'path_style' must be true or false"),
         ({"store": "file:///tmp", "bucket": "b1", "min_partitions": "0"}, "'min_partitions' must be a whole number"),
         ({"store": "file:///tmp", "bucket": "b1", "max_partition_bytes": "1e6"}, "'max_partition_bytes' must be"),
+        ({"store": "file:///tmp", "bucket": "b1"}, "option 'url' (a Rill server"),
+        ({"store": "file:///tmp", "bucket": "b1", "include_hot": "yes"}, "'include_hot' must be true or false"),
+        ({"store": "file:///tmp", "bucket": "b1", "url": "127.0.0.1:4437"}, "option 'url' must be a Rill server's"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, str], message: str) -> None:

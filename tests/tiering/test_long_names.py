@@ -95,7 +95,7 @@ def check_pipeline_finds_hashed_streams(cold: Path, written: dict[str, bytes]) -
     """The data source plans from manifests: hashed directories are found, and named by their manifest."""
     from app.pipeline.datasource import plan
 
-    base = {"store": cold.as_uri(), "bucket": "limits"}
+    base = {"store": cold.as_uri(), "bucket": "limits", "include_hot": "false"}
     found = {p.stream for p in plan(base)}
     assert found == set(written)
     assert {p.stream for p in plan({**base, "prefix": "日本"})} == {CJK}

@@ -1,0 +1,133 @@
+"""The part of each stream not tiered yet, read from a Rill server for the `rill` data source.
+
+The cold tier holds each stream up to the end of its manifest's last segment; the rest is only on
+the servers. A batch read plans, per stream, the segments of the manifest and one hot range from
+there to the stream's tail at planning time, so the two meet without overlap or gap. The hot range
+is read through `GET /ds/{bucket}/{stream}/__ds/records` (Arrow IPC, the segments' schema). Records
+tiered and evicted after planning answer 409 there; they are then read from their segments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import httpx
+import pyarrow as pa
+
+from app.domain.offsets import format_offset
+from app.tiering.segment import offset_of
+
+TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+PAGE = 1000  # streams per listing request (the server's most)
+
+
+class ServerError(RuntimeError):
+    """The server refused a request the read needs (a missing bucket or stream, a bad token)."""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str  # base URL, e.g. http://127.0.0.1:4437
+    token: str | None = None
+
+    def client(self) -> httpx.Client:
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.Client(base_url=self.url.rstrip("/"), headers=headers, timeout=TIMEOUT)
+
+
+def stream_path(bucket: str, stream: str) -> str:
+    return f"/ds/{quote(bucket, safe='')}/{quote(stream, safe='/')}"
+
+
+def _refused(response: httpx.Response, what: str) -> ServerError:
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:200]
+    return ServerError(f"{what}: {response.status_code} {message}")
+
+
+def list_tails(server: Server, bucket: str, stream: str | None, prefix: str | None) -> dict[str, int]:
+    """Each selected stream's tail position, from the server's listing; a missing bucket or stream raises."""
+    tails: dict[str, int] = {}
+    after = ""
+    with server.client() as http:
+        while True:
+            params = {"prefix": stream if stream is not None else prefix or "", "limit": str(PAGE)}
+            if after:
+                params["after"] = after
+            response = http.get(f"/ds/{quote(bucket, safe='')}", params=params)
+            if response.status_code != 200:
+                raise _refused(response, f"listing bucket {bucket!r} on {server.url}")
+            page = response.json()
+            for entry in page["streams"]:
+                if stream is None or entry["name"] == stream:
+                    tails[entry["name"]] = offset_of(entry["next_offset"])
+            if not page.get("has_more"):
+                break
+            after = page["next"]
+    if stream is not None and stream not in tails:
+        raise ServerError(f"stream {stream!r} does not exist in bucket {bucket!r} on {server.url}")
+    return tails
+
+
+@dataclass
+class Tiered(Exception):
+    """The records from `pos` up to `upto` were evicted to the object store after planning."""
+
+    pos: int
+    upto: int
+
+
+def records(server: Server, bucket: str, stream: str, lo: int, hi: int) -> Iterator[pa.Table]:
+    """The records starting in [lo, hi), as tables of the segments' schema, in offset order.
+
+    Raises Tiered when the server holds them only in the object store now (the caller reads
+    those from segments and calls again from `upto`)."""
+    pos = lo
+    path = stream_path(bucket, stream) + "/__ds/records"
+    with server.client() as http:
+        while pos < hi:
+            response = http.get(path, params={"offset": format_offset(pos)})
+            if response.status_code == 409 and "stream-tiered-offset" in response.headers:
+                raise Tiered(pos, offset_of(response.headers["stream-tiered-offset"]))
+            if response.status_code == 410 and "stream-earliest-offset" in response.headers:
+                pos = max(pos, offset_of(response.headers["stream-earliest-offset"]))  # retention removed them
+                continue
+            if response.status_code != 200:
+                raise _refused(response, f"reading {bucket}/{stream} at {format_offset(pos)} from {server.url}")
+            table = pa.ipc.open_stream(response.content).read_all()
+            if table.num_rows:
+                yield table
+            next_pos = offset_of(response.headers["stream-next-offset"])
+            if next_pos <= pos:
+                break  # at the tail: nothing more was appended since planning (a deleted stream's last read)
+            pos = next_pos
+
+
+def read_range(
+    server: Server,
+    bucket: str,
+    stream: str,
+    lo: int,
+    hi: int,
+    from_segments: Callable[[int, int], Iterator[pa.Table]],
+) -> Iterator[pa.Table]:
+    """Records starting in [lo, hi): from the server, and from `from_segments(lo, hi)` for those it
+    has evicted to the object store since planning."""
+    pos = lo
+    while pos < hi:
+        try:
+            for table in records(server, bucket, stream, pos, hi):
+                yield table
+                pos = offset_of(table["next_offset"][-1].as_py())
+            return
+        except Tiered as moved:
+            upto = min(moved.upto, hi)
+            if upto <= moved.pos:
+                where = format_offset(moved.pos)
+                raise ServerError(f"{bucket}/{stream}: no records at {where} on the server or tiered") from None
+            yield from from_segments(moved.pos, upto)
+            pos = upto

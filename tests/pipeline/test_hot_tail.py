@@ -1,0 +1,199 @@
+"""Batch reads with the hot tail: a real `rill serve` tiering to moto's S3 server, read by Spark.
+
+Segments seal by size only (4 KiB), so each stream keeps a stable part that is not tiered, and
+tiered records are evicted at once, so the records route answers 409 below the tiered offset.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+
+from app.domain.offsets import format_offset
+from app.pipeline.hot import Server, ServerError, read_range
+from app.tiering.segment import Manifest, manifest_key, offset_of
+from tests.moto import MotoS3
+from tests.server import RillProcess
+
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+PREFIX = "hot-tail"
+BUCKET = "hotb"
+SEGMENTS = ("--segment-max-bytes", "4096", "--segment-max-age", "3600", "--local-disk-budget", "0")
+OCTET = {"content-type": "application/octet-stream"}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory, moto_s3: MotoS3) -> Iterator[RillProcess]:
+    cold = ("--cold-store", f"s3://{moto_s3.bucket}/{PREFIX}", "--s3-endpoint-url", moto_s3.endpoint_url)
+    server = RillProcess(tmp_path_factory.mktemp("hot") / "n", None, *cold, *SEGMENTS, env=AWS_ENV).start()
+    assert httpx.put(f"{server.url}/ds/{BUCKET}").status_code == 201
+    yield server
+    server.stop()
+
+
+def spark_options(moto_s3: MotoS3, node: RillProcess, **extra: str) -> dict[str, str]:
+    return {
+        "store": f"s3://{moto_s3.bucket}/{PREFIX}",
+        "s3_endpoint_url": moto_s3.endpoint_url,
+        "path_style": "true",
+        "access_key_id": "test",
+        "secret_access_key": "test",
+        "region": "us-east-1",
+        "bucket": BUCKET,
+        "url": node.url,
+        **extra,
+    }
+
+
+def tiered_end(moto_s3: MotoS3, stream: str) -> int:
+    """Where the stream's tiered part ends, by its manifest in the store (0 before the first segment)."""
+    try:
+        body = moto_s3.client().get_object(Bucket=moto_s3.bucket, Key=f"{PREFIX}/{manifest_key(BUCKET, stream)}")
+    except Exception:  # noqa: BLE001 - no manifest yet
+        return 0
+    manifest = Manifest.from_json(body["Body"].read())
+    return offset_of(manifest.segments[-1].next_offset) if manifest.segments else 0
+
+
+def wait_for_tiering(moto_s3: MotoS3, stream: str, least: int) -> int:
+    deadline = time.monotonic() + 30
+    while (end := tiered_end(moto_s3, stream)) < least:
+        assert time.monotonic() < deadline, f"{stream} was not tiered past {least} in time"
+        time.sleep(0.1)
+    return end
+
+
+def make_stream(node: RillProcess, name: str, records: list[bytes]) -> str:
+    url = f"{node.url}/ds/{BUCKET}/{name}"
+    assert httpx.put(url, headers=OCTET).status_code == 201
+    with httpx.Client() as http:
+        for payload in records:
+            assert http.post(url, content=payload, headers=OCTET).status_code in (200, 204)
+    return url
+
+
+def read_http(url: str) -> bytes:
+    out, offset = b"", "-1"
+    with httpx.Client() as http:
+        while True:
+            response = http.get(url, params={"offset": offset})
+            out += response.content
+            offset = response.headers["stream-next-offset"]
+            if response.headers.get("stream-up-to-date") == "true":
+                return out
+
+
+def payloads(count: int, start: int = 0) -> list[bytes]:
+    return [f"{i:05d}:".encode() + bytes([65 + i % 26]) * (90 + i % 17) for i in range(start, start + count)]
+
+
+def test_a_batch_read_right_after_appends_sees_them_across_the_tiered_boundary(
+    spark: Any, moto_s3: MotoS3, node: RillProcess
+) -> None:
+    written = payloads(100)
+    url = make_stream(node, "orders", written)
+    boundary = wait_for_tiering(moto_s3, "orders", 4096)
+    later = payloads(7, start=100)
+    with httpx.Client() as http:
+        for payload in later:
+            assert http.post(url, content=payload, headers=OCTET).status_code in (200, 204)
+    written += later
+    tail = sum(map(len, written))
+    assert 0 < boundary < tail  # some rows come from segments, the rest from the server
+
+    rows = (
+        spark.read.format("rill")
+        .options(**spark_options(moto_s3, node, stream="orders"))
+        .load()
+        .select("offset", "next_offset", "payload", "producer_id")
+        .orderBy("offset")
+        .collect()
+    )
+    assert [bytes(r["payload"]) for r in rows] == written  # one row per append, none twice, none missing
+    assert rows[0]["offset"] == format_offset(0) and rows[-1]["next_offset"] == format_offset(tail)
+    assert all(a["next_offset"] == b["offset"] for a, b in zip(rows, rows[1:], strict=False))
+    assert b"".join(bytes(r["payload"]) for r in rows) == read_http(url)
+    assert any(offset_of(r["offset"]) == boundary for r in rows)
+
+
+def test_offsets_and_streams_filter_the_hot_part_too(spark: Any, moto_s3: MotoS3, node: RillProcess) -> None:
+    written = payloads(60)
+    make_stream(node, "filtered", written)
+    boundary = wait_for_tiering(moto_s3, "filtered", 4096)
+    starts = [sum(map(len, written[:i])) for i in range(len(written))]
+    cut = next(s for s in starts if s > boundary)  # a record in the hot part
+    df = spark.read.format("rill").options(**spark_options(moto_s3, node, prefix="filt")).load()
+    got = df.where(df["offset"] >= format_offset(cut)).select("payload").orderBy("offset").collect()
+    assert [bytes(r["payload"]) for r in got] == written[starts.index(cut) :]
+    assert df.where(df["stream"] == "other").count() == 0
+    cold_only = spark_options(moto_s3, node, stream="filtered", include_hot="false")
+    assert spark.read.format("rill").options(**cold_only).load().count() == sum(s < boundary for s in starts)
+
+
+def test_a_missing_bucket_or_stream_is_an_error_not_an_empty_frame(
+    spark: Any, moto_s3: MotoS3, node: RillProcess
+) -> None:
+    cases = (({"bucket": "nosuchbucket"}, "bucket_not_found|404"), ({"stream": "nope"}, "does not exist"))
+    for extra, message in cases:
+        df = spark.read.format("rill").options(**spark_options(moto_s3, node, **extra)).load()
+        with pytest.raises(Exception, match=message):
+            df.count()
+
+
+def test_the_records_route_serves_local_records_and_sends_evicted_ones_to_the_segments(
+    moto_s3: MotoS3, node: RillProcess
+) -> None:
+    written = payloads(70)
+    url = make_stream(node, "routed", written)
+    boundary = wait_for_tiering(moto_s3, "routed", 4096)
+    with httpx.Client() as http:
+        moved = http.get(url + "/__ds/records", params={"offset": "-1"})
+        assert moved.status_code == 409 and moved.json()["error"]["code"] == "records_tiered"
+        evicted = offset_of(moved.headers["stream-tiered-offset"])
+        assert 0 < evicted <= boundary
+        local = http.get(url + "/__ds/records", params={"offset": format_offset(evicted)})
+        assert local.status_code == 200 and local.headers["stream-up-to-date"] == "true"
+        assert local.headers["content-type"] == "application/vnd.apache.arrow.stream"
+        table = pa.ipc.open_stream(local.content).read_all()
+        assert table["payload"].to_pylist() == written[-table.num_rows :]
+        assert table["offset"][0].as_py() == format_offset(evicted)
+        assert http.head(url + "/__ds/records", params={"offset": format_offset(evicted)}).status_code == 200
+        inside = http.get(url + "/__ds/records", params={"offset": format_offset(evicted + 1)})
+        assert inside.status_code == 400 and inside.json()["error"]["code"] == "invalid_offset"
+        assert http.get(f"{node.url}/ds/{BUCKET}/missing/__ds/records").status_code == 404
+        assert http.post(url + "/__ds/records", content=b"x").status_code == 405
+
+    # A reader planned before the eviction: what moved is asked of the segments, the rest of the server.
+    asked: list[tuple[int, int]] = []
+
+    def from_segments(lo: int, hi: int) -> Iterator[pa.Table]:
+        asked.append((lo, hi))
+        return iter(())
+
+    tail = sum(map(len, written))
+    tables = list(read_range(Server(node.url), BUCKET, "routed", 0, tail, from_segments))
+    assert asked == [(0, evicted)]
+    assert offset_of(tables[0]["offset"][0].as_py()) == evicted
+    with pytest.raises(ServerError, match="404"):
+        list(read_range(Server(node.url), BUCKET, "missing", 0, 10, from_segments))
+
+
+def test_export_reads_the_hot_tail_with_url(tmp_path: Path, moto_s3: MotoS3, node: RillProcess) -> None:
+    from app.pipeline.cli import read_options
+
+    class Args:
+        store, bucket, stream, prefix = f"s3://{moto_s3.bucket}/{PREFIX}", BUCKET, "orders", None
+        s3_endpoint_url, region, path_style = moto_s3.endpoint_url, "us-east-1", "true"
+        from_offset = to_offset = start_time = end_time = None
+        url, token, max_partition_mb = node.url, "t0k", 0.0
+
+    options = read_options(Args())  # type: ignore[arg-type]
+    assert options["include_hot"] == "true" and options["url"] == node.url and options["token"] == "t0k"
+    Args.url = None
+    assert read_options(Args())["include_hot"] == "false"  # type: ignore[arg-type]
