@@ -10,6 +10,7 @@ which small segments (sealed at 8 MiB or after a minute) would otherwise drown i
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
@@ -31,10 +32,11 @@ from app.tiering.store import ObjectStore, StoreOptions, open_store
 
 SPARK_SCHEMA: StructType = from_arrow_schema(SCHEMA)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_TOKEN = re.compile(r"\d{16}_\d{16}")
+TOKEN = re.compile(r"\d{16}_\d{16}")
 _S3_OPTIONS = ("s3_endpoint_url", "region", "access_key_id", "secret_access_key", "session_token", "path_style")
 OPTIONS = ("store", "path", "bucket", "stream", "prefix", "from_offset", "to_offset", "start_time", "end_time")
 _SERVER = ("url", "token", "include_hot")
+STREAM_ONLY = ("startingoffsets", "maxbytespertrigger", "maxrecordspertrigger", "failondataloss")
 _PACKING = ("max_partition_bytes", "min_partitions")
 
 
@@ -115,7 +117,7 @@ def _token(value: str, name: str) -> str:
     value = value.strip()
     if value.isdigit():
         return format_offset(int(value))
-    if not _TOKEN.fullmatch(value):
+    if not TOKEN.fullmatch(value):
         raise ValueError(f"option {name!r} must be an offset token (0000000000000000_0000000000000042), not {value!r}")
     return value
 
@@ -369,6 +371,21 @@ def read_segment(data: bytes, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.
         yield from restrict(table, bounds, schema)
 
 
+def segment_bytes(opts: ReadOptions, key: str) -> bytes:
+    try:
+        return store_for(opts).get(key)
+    except KeyError:
+        raise FileNotFoundError(f"segment {key} listed in its manifest is missing") from None
+
+
+def segments_between(opts: ReadOptions, stream: str, lo: int, hi: int) -> Iterator[pa.Table]:
+    """The records of `stream` starting in [lo, hi), from its segments in the store."""
+    only = Bounds(offsets=Range(format_offset(lo), False, format_offset(hi), True))
+    for seg in plan(replace(opts, stream=stream, prefix=None), only):
+        for table in segment_tables(segment_bytes(opts, seg.key), only):
+            yield table.filter(only.offsets.mask(table["offset"], pa.string()))
+
+
 @dataclass
 class HotPartition(sds.InputPartition):
     """A stream's records from the end of its tiered part to its tail when the read was planned."""
@@ -416,22 +433,13 @@ class RillReader(sds.DataSourceReader):
             yield from read_segment(self._segment(seg.key), self.bounds, self.arrow_schema)
 
     def _segment(self, key: str) -> bytes:
-        try:
-            return store_for(self.opts).get(key)
-        except KeyError:
-            raise FileNotFoundError(f"segment {key} listed in its manifest is missing") from None
+        return segment_bytes(self.opts, key)
 
     def _read_hot(self, part: HotPartition) -> Iterator[pa.RecordBatch]:
         assert self.opts.server is not None
         # Records appended after planning belong to the next read.
         bounds = replace(self.bounds, offsets=self.bounds.offsets.below(format_offset(part.hi), True))
-
-        def from_segments(lo: int, hi: int) -> Iterator[pa.Table]:
-            moved = Bounds(offsets=Range(format_offset(lo), False, format_offset(hi), True))
-            for seg in plan(replace(self.opts, stream=part.stream, prefix=None), moved):
-                for table in segment_tables(self._segment(seg.key), moved):
-                    yield table.filter(moved.offsets.mask(table["offset"], pa.string()))
-
+        from_segments = functools.partial(segments_between, self.opts, part.stream)
         hot = read_range(self.opts.server, self.opts.bucket, part.stream, part.lo, part.hi, from_segments)
         for table in hot:
             yield from restrict(table, bounds, self.arrow_schema)
@@ -442,7 +450,9 @@ class RillDataSource(sds.DataSource):
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
-        self.read_options = ReadOptions.parse(options)  # fails at load(), with the option's name
+        self.streaming = {k for k in options if k.lower() in STREAM_ONLY}
+        # Checked at load(), with the option's name; a streaming read checks its own ones too.
+        self.read_options = ReadOptions.parse({k: v for k, v in options.items() if k not in self.streaming})
 
     @classmethod
     def name(cls) -> str:
@@ -452,4 +462,11 @@ class RillDataSource(sds.DataSource):
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> sds.DataSourceReader:
+        if self.streaming:
+            raise ValueError(f"option(s) {sorted(self.streaming)} apply to spark.readStream only")
         return RillReader(self.read_options, schema)
+
+    def streamReader(self, schema: StructType) -> sds.DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        from app.pipeline.streaming import stream_reader
+
+        return stream_reader(self.options, schema)

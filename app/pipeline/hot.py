@@ -27,6 +27,10 @@ class ServerError(RuntimeError):
     """The server refused a request the read needs (a missing bucket or stream, a bad token)."""
 
 
+class DataLoss(RuntimeError):
+    """Records a read was to include were removed by retention before it got to them."""
+
+
 @dataclass(frozen=True)
 class Server:
     url: str  # base URL, e.g. http://127.0.0.1:4437
@@ -73,6 +77,20 @@ def list_tails(server: Server, bucket: str, stream: str | None, prefix: str | No
     return tails
 
 
+def earliest(server: Server, bucket: str, names: list[str]) -> dict[str, int]:
+    """Each stream's earliest retained position (what retention has not removed), by HEAD."""
+    out: dict[str, int] = {}
+    with server.client() as http:
+        for name in names:
+            response = http.head(stream_path(bucket, name))
+            if response.status_code == 404:
+                continue  # deleted since it was listed
+            if response.status_code != 200:
+                raise _refused(response, f"HEAD of {bucket}/{name} on {server.url}")
+            out[name] = offset_of(response.headers["stream-earliest-offset"])
+    return out
+
+
 @dataclass
 class Tiered(Exception):
     """The records from `pos` up to `upto` were evicted to the object store after planning."""
@@ -81,11 +99,12 @@ class Tiered(Exception):
     upto: int
 
 
-def records(server: Server, bucket: str, stream: str, lo: int, hi: int) -> Iterator[pa.Table]:
+def records(server: Server, bucket: str, stream: str, lo: int, hi: int, lossless: bool = False) -> Iterator[pa.Table]:
     """The records starting in [lo, hi), as tables of the segments' schema, in offset order.
 
     Raises Tiered when the server holds them only in the object store now (the caller reads
-    those from segments and calls again from `upto`)."""
+    those from segments and calls again from `upto`). Records retention removed are skipped, or
+    with `lossless` raise DataLoss."""
     pos = lo
     path = stream_path(bucket, stream) + "/__ds/records"
     with server.client() as http:
@@ -94,7 +113,13 @@ def records(server: Server, bucket: str, stream: str, lo: int, hi: int) -> Itera
             if response.status_code == 409 and "stream-tiered-offset" in response.headers:
                 raise Tiered(pos, offset_of(response.headers["stream-tiered-offset"]))
             if response.status_code == 410 and "stream-earliest-offset" in response.headers:
-                pos = max(pos, offset_of(response.headers["stream-earliest-offset"]))  # retention removed them
+                earliest = offset_of(response.headers["stream-earliest-offset"])
+                if lossless:
+                    raise DataLoss(
+                        f"{bucket}/{stream}: records from {format_offset(pos)} to {format_offset(earliest)} were "
+                        "removed by retention before they were read (failOnDataLoss=false skips them)"
+                    )
+                pos = max(pos, earliest)
                 continue
             if response.status_code != 200:
                 raise _refused(response, f"reading {bucket}/{stream} at {format_offset(pos)} from {server.url}")
@@ -114,13 +139,14 @@ def read_range(
     lo: int,
     hi: int,
     from_segments: Callable[[int, int], Iterator[pa.Table]],
+    lossless: bool = False,
 ) -> Iterator[pa.Table]:
     """Records starting in [lo, hi): from the server, and from `from_segments(lo, hi)` for those it
     has evicted to the object store since planning."""
     pos = lo
     while pos < hi:
         try:
-            for table in records(server, bucket, stream, pos, hi):
+            for table in records(server, bucket, stream, pos, hi, lossless):
                 yield table
                 pos = offset_of(table["next_offset"][-1].as_py())
             return

@@ -1,11 +1,12 @@
-"""`GET /ds/{bucket}/{stream}/__ds/records?offset=`: whole records with their metadata, as an Arrow IPC stream.
+"""`GET /ds/{bucket}/{stream}/__ds/records?offset=`: whole records with their metadata, as Arrow IPC.
 
 A catch-up read flattens records into bytes (or a JSON array of messages). Readers that need each
 append as it was made (where it starts and ends, when it was appended, by which producer), such as
-Spark's reader of the part not yet tiered, read this instead. Its rows have the schema of the cold
-tier's segments, so a reader treats both tiers alike. It serves what this node holds locally:
-records already evicted to the object store answer 409 with `Stream-Tiered-Offset`, the position
-local records start at, and are read from their segments.
+Spark's reader of the part not tiered yet, read this instead. Its rows have the schema of the cold
+tier's segments, so a reader treats both tiers alike. Rows are the appends that start at or after
+`offset`. It serves what this node holds locally: records already evicted to the object store
+answer 409 with `Stream-Tiered-Offset`, the position local records start at, and are read from
+their segments.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ async def get_records(engine: Engine, call: Call, target: StreamTarget) -> Reply
     if "live" in call.query:
         raise bad_request("the records route is not a live read; poll from Stream-Next-Offset", "invalid_live")
     meta = await engine.find_latest(target.bucket, target.name)
+    # Any offset will do: rows are the appends that start at or after it, so a reader may split a
+    # stream at any position and read each append exactly once.
     pos = start_position(meta, single_query(call.query, "offset"))
-    if not engine.machine.is_boundary(meta, pos):
-        raise bad_request("offset is not where a record starts", "invalid_offset")
     found = engine.machine.local_records(meta, pos, engine.limits.read_chunk_bytes)
     if found is None:
         raise ProtocolError(

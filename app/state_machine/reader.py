@@ -179,9 +179,9 @@ def read(
 def local_records(
     table: StreamTable, meta: r.StreamMeta, pos: int, max_bytes: int
 ) -> tuple[list[tuple[int, bytes]], int] | None:
-    """Whole records from `pos` as stored here, (position, stored value) each, up to about `max_bytes`
-    (at least one), and where the next read starts; None when part of the range is evicted to the
-    object store (only its segments hold those records now)."""
+    """The records that start at or after `pos`, as stored here, (position, stored value) each, up to
+    about `max_bytes` (at least one), and where the next read starts; None when part of the range
+    is evicted to the object store (only its segments hold those records now)."""
     out: list[tuple[int, bytes]] = []
     size, next_pos = 0, pos
     for sid, lo, hi in _ranges(table, meta, pos, meta.tail):
@@ -189,13 +189,13 @@ def local_records(
             return None
         for key, value in table.kv.scan(r.DATA, r.data_key(sid, lo), r.data_key(sid, hi)):
             rec_pos, length = r.data_pos(key), len(r.record_payload(value))
-            if rec_pos != next_pos:
+            if out and rec_pos != next_pos:
                 return None  # evicted (or deleted) while this read ran
             if out and size + length > max_bytes:
                 return out, next_pos
             out.append((rec_pos, value))
             size, next_pos = size + length, rec_pos + length
-    return out, next_pos
+    return out, max(next_pos, meta.tail)
 
 
 def _ranges(table: StreamTable, meta: r.StreamMeta, start: int, end: int) -> list[tuple[int, int, int]]:

@@ -10,6 +10,7 @@ import pytest
 from app.tiering.segment import Manifest, Record, build, entry, manifest_key, segment_key
 from app.tiering.store import ObjectStore, StoreOptions, open_store
 from tests.moto import MotoS3
+from tests.pipeline.live import node  # noqa: F401 - a fixture for the modules here
 
 BASE_MS = 1_709_337_590_000  # 2024-03-01T23:59:50Z: "orders" crosses midnight after its 10th record
 S3_BUCKET = "rill-cold-tests"  # the session moto server's bucket (tests/conftest.py)

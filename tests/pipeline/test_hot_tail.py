@@ -1,12 +1,7 @@
-"""Batch reads with the hot tail: a real `rill serve` tiering to moto's S3 server, read by Spark.
-
-Segments seal by size only (4 KiB), so each stream keeps a stable part that is not tiered, and
-tiered records are evicted at once, so the records route answers 409 below the tiered offset.
-"""
+"""Batch reads with the hot tail: a real `rill serve` tiering to moto's S3 server, read by Spark."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,80 +12,10 @@ import pytest
 
 from app.domain.offsets import format_offset
 from app.pipeline.hot import Server, ServerError, read_range
-from app.tiering.segment import Manifest, manifest_key, offset_of
+from app.tiering.segment import offset_of
 from tests.moto import MotoS3
+from tests.pipeline.live import BUCKET, OCTET, PREFIX, make_stream, payloads, read_http, spark_options, wait_for_tiering
 from tests.server import RillProcess
-
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
-PREFIX = "hot-tail"
-BUCKET = "hotb"
-SEGMENTS = ("--segment-max-bytes", "4096", "--segment-max-age", "3600", "--local-disk-budget", "0")
-OCTET = {"content-type": "application/octet-stream"}
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory, moto_s3: MotoS3) -> Iterator[RillProcess]:
-    cold = ("--cold-store", f"s3://{moto_s3.bucket}/{PREFIX}", "--s3-endpoint-url", moto_s3.endpoint_url)
-    server = RillProcess(tmp_path_factory.mktemp("hot") / "n", None, *cold, *SEGMENTS, env=AWS_ENV).start()
-    assert httpx.put(f"{server.url}/ds/{BUCKET}").status_code == 201
-    yield server
-    server.stop()
-
-
-def spark_options(moto_s3: MotoS3, node: RillProcess, **extra: str) -> dict[str, str]:
-    return {
-        "store": f"s3://{moto_s3.bucket}/{PREFIX}",
-        "s3_endpoint_url": moto_s3.endpoint_url,
-        "path_style": "true",
-        "access_key_id": "test",
-        "secret_access_key": "test",
-        "region": "us-east-1",
-        "bucket": BUCKET,
-        "url": node.url,
-        **extra,
-    }
-
-
-def tiered_end(moto_s3: MotoS3, stream: str) -> int:
-    """Where the stream's tiered part ends, by its manifest in the store (0 before the first segment)."""
-    try:
-        body = moto_s3.client().get_object(Bucket=moto_s3.bucket, Key=f"{PREFIX}/{manifest_key(BUCKET, stream)}")
-    except Exception:  # noqa: BLE001 - no manifest yet
-        return 0
-    manifest = Manifest.from_json(body["Body"].read())
-    return offset_of(manifest.segments[-1].next_offset) if manifest.segments else 0
-
-
-def wait_for_tiering(moto_s3: MotoS3, stream: str, least: int) -> int:
-    deadline = time.monotonic() + 30
-    while (end := tiered_end(moto_s3, stream)) < least:
-        assert time.monotonic() < deadline, f"{stream} was not tiered past {least} in time"
-        time.sleep(0.1)
-    return end
-
-
-def make_stream(node: RillProcess, name: str, records: list[bytes]) -> str:
-    url = f"{node.url}/ds/{BUCKET}/{name}"
-    assert httpx.put(url, headers=OCTET).status_code == 201
-    with httpx.Client() as http:
-        for payload in records:
-            assert http.post(url, content=payload, headers=OCTET).status_code in (200, 204)
-    return url
-
-
-def read_http(url: str) -> bytes:
-    out, offset = b"", "-1"
-    with httpx.Client() as http:
-        while True:
-            response = http.get(url, params={"offset": offset})
-            out += response.content
-            offset = response.headers["stream-next-offset"]
-            if response.headers.get("stream-up-to-date") == "true":
-                return out
-
-
-def payloads(count: int, start: int = 0) -> list[bytes]:
-    return [f"{i:05d}:".encode() + bytes([65 + i % 26]) * (90 + i % 17) for i in range(start, start + count)]
 
 
 def test_a_batch_read_right_after_appends_sees_them_across_the_tiered_boundary(
@@ -165,7 +90,10 @@ def test_the_records_route_serves_local_records_and_sends_evicted_ones_to_the_se
         assert table["offset"][0].as_py() == format_offset(evicted)
         assert http.head(url + "/__ds/records", params={"offset": format_offset(evicted)}).status_code == 200
         inside = http.get(url + "/__ds/records", params={"offset": format_offset(evicted + 1)})
-        assert inside.status_code == 400 and inside.json()["error"]["code"] == "invalid_offset"
+        after = pa.ipc.open_stream(inside.content).read_all()  # the appends that start after it
+        assert after["offset"].to_pylist() == table["offset"].to_pylist()[1:]
+        beyond = http.get(url + "/__ds/records", params={"offset": format_offset(sum(map(len, written)) + 1)})
+        assert beyond.status_code == 400 and beyond.json()["error"]["code"] == "offset_out_of_range"
         assert http.get(f"{node.url}/ds/{BUCKET}/missing/__ds/records").status_code == 404
         assert http.post(url + "/__ds/records", content=b"x").status_code == 405
 
