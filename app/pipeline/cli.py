@@ -80,7 +80,9 @@ def main(args: argparse.Namespace) -> int:
         from app.pipeline.export import build_session, export
     except ImportError:
         console.print(
-            "rill pipeline needs PySpark: pip install 'rill[pipeline]' (and Java 17)", style="red", markup=False
+            "rill pipeline needs PySpark: pip install -e '.[pipeline]' in Rill's checkout (and Java 17)",
+            style="red",
+            markup=False,
         )
         return 2
     options = read_options(args)
