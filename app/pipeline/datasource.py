@@ -22,19 +22,24 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import datasource as sds
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from app.domain.offsets import format_offset
+from app.pipeline.ddl import parse_ddl
 from app.pipeline.hot import Server, list_tails, read_range
+from app.pipeline.messages import VALUE, explode, values, with_ordinal
 from app.tiering.keys import HASHED, manifest_candidates
 from app.tiering.segment import SCHEMA, Manifest, offset_of
 from app.tiering.store import ObjectStore, StoreOptions, open_store
 
-SPARK_SCHEMA: StructType = from_arrow_schema(SCHEMA)
+# The segments' columns, and each message's place in its append (see app/pipeline/messages.py).
+SPARK_SCHEMA: StructType = from_arrow_schema(with_ordinal(SCHEMA))
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 TOKEN = re.compile(r"\d{16}_\d{16}")
 _S3_OPTIONS = ("s3_endpoint_url", "region", "access_key_id", "secret_access_key", "session_token", "path_style")
-OPTIONS = ("store", "path", "bucket", "stream", "prefix", "from_offset", "to_offset", "start_time", "end_time")
+OPTIONS = (
+    "store", "path", "bucket", "stream", "prefix", "from_offset", "to_offset", "start_time", "end_time", "json_schema",
+)  # fmt: skip
 _SERVER = ("url", "token", "include_hot")
 STREAM_ONLY = ("startingoffsets", "maxbytespertrigger", "maxrecordspertrigger", "failondataloss")
 _PACKING = ("max_partition_bytes", "min_partitions")
@@ -135,6 +140,7 @@ class ReadOptions:
     max_partition_bytes: int = 0  # 0: a partition per segment
     min_partitions: int = 1
     server: Server | None = None  # where the part not tiered yet is read (include_hot)
+    json_schema: StructType | None = None  # the struct of the `value` column, parsed from each JSON message
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -176,7 +182,8 @@ class ReadOptions:
         packing = _count(opts.get("max_partition_bytes"), "max_partition_bytes", 0)
         spread = _count(opts.get("min_partitions"), "min_partitions", 1)
         server = _server(opts)
-        return cls(store, bucket, opts.get("stream"), opts.get("prefix"), s3, bounds, packing, spread, server)
+        value = parse_ddl(opts["json_schema"]) if opts.get("json_schema") else None
+        return cls(store, bucket, opts.get("stream"), opts.get("prefix"), s3, bounds, packing, spread, server, value)
 
 
 def _server(opts: Mapping[str, str]) -> Server | None:
@@ -353,7 +360,12 @@ def segment_tables(data: bytes, bounds: Bounds) -> Iterator[pa.Table]:
 
 
 def restrict(table: pa.Table, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The rows of `table` inside `bounds`, as batches of `schema` (Spark's Arrow types)."""
+    """The rows of `table` inside `bounds`, as batches of `schema` (Spark's Arrow types): a row per
+    JSON message, with `value` when the schema has it."""
+    table = explode(table)
+    if VALUE in schema.names:
+        kind = schema.field(VALUE).type
+        table = table.append_column(pa.field(VALUE, kind), values(table, kind))
     table = table.cast(schema)
     for rng, column, kind in (
         (bounds.offsets, "offset", pa.string()),
@@ -459,7 +471,8 @@ class RillDataSource(sds.DataSource):
         return "rill"
 
     def schema(self) -> StructType:
-        return SPARK_SCHEMA
+        value = self.read_options.json_schema
+        return SPARK_SCHEMA if value is None else StructType([*SPARK_SCHEMA.fields, StructField(VALUE, value)])
 
     def reader(self, schema: StructType) -> sds.DataSourceReader:
         if self.streaming:

@@ -80,7 +80,7 @@ def test_register_turns_filter_pushdown_on(spark: SparkSession) -> None:
 
 def test_reads_every_record_of_the_bucket(spark: SparkSession, cold: Cold) -> None:
     df = load(spark, cold.opts())
-    assert df.columns == SCHEMA.names
+    assert df.columns == SPARK_SCHEMA.names
     # One partition per manifest entry: the orphan segment no manifest lists is not read.
     assert df.rdd.getNumPartitions() == segments(cold, "b1", LAYOUT["b1"]) == 8
     assert rows(df) == expected(cold, "b1", list(LAYOUT["b1"]))
@@ -249,7 +249,7 @@ def test_missing_data_reads_as_an_empty_frame(spark: SparkSession, cold: Cold) -
     for options in (cold.opts("empty"), cold.opts(stream="nope"), cold.opts(prefix="zzz")):
         assert plan(options) == []
         df = load(spark, options)
-        assert df.columns == SCHEMA.names
+        assert df.columns == SPARK_SCHEMA.names
         assert df.count() == 0
 
 

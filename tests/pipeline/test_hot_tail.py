@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,29 @@ def test_export_reads_the_hot_tail_with_url(tmp_path: Path, moto_s3: MotoS3, nod
     assert options["include_hot"] == "true" and options["url"] == node.url and options["token"] == "t0k"
     Args.url = None
     assert read_options(Args())["include_hot"] == "false"  # type: ignore[arg-type]
+
+
+def test_json_streams_read_as_a_row_per_message_with_a_parsed_value(
+    spark: Any, moto_s3: MotoS3, node: RillProcess
+) -> None:
+    url = f"{node.url}/ds/{BUCKET}/messages"
+    json_type = {"content-type": "application/json"}
+    assert httpx.put(url, headers=json_type).status_code == 201
+    appends = [[{"id": i, "tag": f"t{i}", "pad": "x" * 80}, {"id": -i}] for i in range(60)] + [[7, "text", {"id": "x"}]]
+    with httpx.Client() as http:
+        for messages in appends:
+            assert http.post(url, json=messages, headers=json_type).status_code in (200, 204)
+    wait_for_tiering(moto_s3, "messages", 4096)  # some appends are read from segments, the rest from the server
+    options = spark_options(moto_s3, node, stream="messages", json_schema="id INT, tag STRING")
+    df = spark.read.format("rill").options(**options).load()
+    assert df.columns[:5] == ["bucket", "stream", "offset", "next_offset", "ordinal"] and df.columns[-1] == "value"
+    rows = df.orderBy("offset", "ordinal").collect()
+    flat = [m for messages in appends for m in messages]
+    assert [json.loads(bytes(r["payload"])) for r in rows] == flat
+    assert [r["ordinal"] for r in rows] == [i for messages in appends for i in range(len(messages))]
+    assert rows[0]["value"].asDict() == {"id": 0, "tag": "t0"} and rows[3]["value"].asDict() == {"id": -1, "tag": None}
+    assert [r["value"] for r in rows[-3:]] == [None, None, None]  # not objects, or not of the schema
+    first = [r for r in rows if r["offset"] == rows[0]["offset"]]
+    assert len(first) == 2 and {r["next_offset"] for r in first} == {rows[2]["offset"]}
+    with pytest.raises(Exception, match="not a DDL schema"):
+        spark.read.format("rill").options(**{**options, "json_schema": "id WHATEVER"}).load()

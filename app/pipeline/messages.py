@@ -1,0 +1,80 @@
+"""Rows as Spark sees them: one per message in JSON streams, one per append in the others.
+
+A JSON stream stores each append as its messages joined by commas. Rill gives messages inside an
+append no offsets of their own, so a message's row keeps its append's `offset` and `next_offset`
+and adds its place in the append as `ordinal` (0 for the only row of any other append). With the
+option `json_schema` (a DDL string) a `value` column holds each message parsed to that struct (null
+where a message does not parse to it, as Spark's `from_json` does).
+"""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.json as pj
+
+from app.domain.media import JSON, media_type
+from app.state_machine.reader import split_json_record
+
+ORDINAL = pa.field("ordinal", pa.int32(), nullable=False)
+VALUE = "value"
+
+
+def with_ordinal(schema: pa.Schema) -> pa.Schema:
+    """`schema` with `ordinal` after `next_offset`."""
+    return schema.insert(schema.get_field_index("next_offset") + 1, ORDINAL)
+
+
+def explode(table: pa.Table) -> pa.Table:
+    """One row per message of the JSON appends in `table` (others stay one row), with `ordinal`."""
+    types = table["content_type"].to_pylist()
+    at = table.schema.get_field_index("next_offset") + 1
+    if not any(media_type(t) == JSON for t in set(types)):
+        return table.add_column(at, ORDINAL, pa.array([0] * table.num_rows, pa.int32()))
+    rows: list[int] = []
+    ordinals: list[int] = []
+    payloads: list[bytes] = []
+    for i, (kind, payload) in enumerate(zip(types, table["payload"].to_pylist(), strict=True)):
+        messages = split_json_record(payload) if media_type(kind) == JSON else [payload]
+        rows += [i] * len(messages)
+        ordinals += range(len(messages))
+        payloads += messages
+    out = table.take(pa.array(rows, pa.int64()))
+    column = out.schema.get_field_index("payload")
+    out = out.set_column(column, out.schema.field(column), pa.array(payloads, out.schema.field(column).type))
+    return out.add_column(at, ORDINAL, pa.array(ordinals, pa.int32()))
+
+
+def values(table: pa.Table, kind: pa.StructType) -> pa.Array:
+    """Each JSON row's payload parsed to `kind`; null for other rows and for what does not parse."""
+    is_json = [media_type(t) == JSON for t in table["content_type"].to_pylist()]
+    payloads = table["payload"].to_pylist()
+    objects = [i for i, (j, p) in enumerate(zip(is_json, payloads, strict=True)) if j and p.lstrip()[:1] == b"{"]
+    parsed: list[dict[str, object] | None] = [None] * table.num_rows
+    if objects:
+        try:
+            found = _parse([payloads[i] for i in objects], kind).to_pylist()
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # one message does not fit: parse them one by one
+            found = [_parse_one(payloads[i], kind) for i in objects]
+        for i, value in zip(objects, found, strict=True):
+            parsed[i] = value
+    return pa.array(parsed, kind)
+
+
+def _parse(messages: list[bytes], kind: pa.StructType) -> pa.StructArray:
+    schema = pa.schema(list(kind))
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    # Messages are JSON texts; newlines inside them are whitespace, so one per line needs none of them.
+    lines = b"\n".join(m.replace(b"\n", b" ").replace(b"\r", b" ") for m in messages)
+    parsed = pj.read_json(io.BytesIO(lines), parse_options=options)
+    columns = [parsed[name].combine_chunks() for name in schema.names]
+    return pa.StructArray.from_arrays(columns, fields=list(kind))
+
+
+def _parse_one(message: bytes, kind: pa.StructType) -> dict[str, object] | None:
+    try:
+        value: dict[str, object] | None = _parse([message], kind).to_pylist()[0]
+        return value
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
