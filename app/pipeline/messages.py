@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import io
 
+import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from app.domain.media import JSON, media_type
-from app.state_machine.reader import split_json_record
 
 ORDINAL = pa.field("ordinal", pa.int32(), nullable=False)
 VALUE = "value"
+_appends = msgspec.json.Decoder(list[list[msgspec.Raw]])
 
 
 def with_ordinal(schema: pa.Schema) -> pa.Schema:
@@ -28,21 +30,35 @@ def with_ordinal(schema: pa.Schema) -> pa.Schema:
 
 def explode(table: pa.Table) -> pa.Table:
     """One row per message of the JSON appends in `table` (others stay one row), with `ordinal`."""
-    types = table["content_type"].to_pylist()
     at = table.schema.get_field_index("next_offset") + 1
-    if not any(media_type(t) == JSON for t in set(types)):
-        return table.add_column(at, ORDINAL, pa.array([0] * table.num_rows, pa.int32()))
+    kinds = [k for k in pc.unique(table["content_type"]).to_pylist() if media_type(k) == JSON]
+    zeros = pc.fill_null(pa.nulls(table.num_rows, pa.int32()), 0)
+    if not kinds:
+        return table.add_column(at, ORDINAL, zeros)
+    is_json = pc.is_in(table["content_type"], value_set=pa.array(kinds)).to_pylist()
+    payloads = table["payload"].to_pylist()
+    chosen = [p for p, j in zip(payloads, is_json, strict=True) if j]
+    # All JSON appends in one decode: `[[m1,m2],[m3]]` from appends stored as `m1,m2` and `m3`.
+    decoded = iter(_appends.decode(b"[[" + b"],[".join(chosen) + b"]]"))
+    messages: list[list[msgspec.Raw] | None] = [next(decoded) if j else None for j in is_json]
+    single = all(m is None or len(m) == 1 for m in messages)
+    if single and sum(len(m[0]) for m in messages if m) == sum(map(len, chosen)):
+        return table.add_column(at, ORDINAL, zeros)  # an append a message: nothing to split
     rows: list[int] = []
     ordinals: list[int] = []
-    payloads: list[bytes] = []
-    for i, (kind, payload) in enumerate(zip(types, table["payload"].to_pylist(), strict=True)):
-        messages = split_json_record(payload) if media_type(kind) == JSON else [payload]
-        rows += [i] * len(messages)
-        ordinals += range(len(messages))
-        payloads += messages
+    texts: list[bytes] = []
+    for i, (found, payload) in enumerate(zip(messages, payloads, strict=True)):
+        if found is None:
+            rows.append(i)
+            ordinals.append(0)
+            texts.append(payload)
+            continue
+        rows += [i] * len(found)
+        ordinals += range(len(found))
+        texts += [bytes(m) for m in found]
     out = table.take(pa.array(rows, pa.int64()))
     column = out.schema.get_field_index("payload")
-    out = out.set_column(column, out.schema.field(column), pa.array(payloads, out.schema.field(column).type))
+    out = out.set_column(column, out.schema.field(column), pa.array(texts, out.schema.field(column).type))
     return out.add_column(at, ORDINAL, pa.array(ordinals, pa.int32()))
 
 

@@ -1,0 +1,43 @@
+"""Rows per message: `explode` and `values` on Arrow tables in the segments' schema."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from app.pipeline.ddl import parse_ddl
+from app.pipeline.messages import explode, values, with_ordinal
+from app.tiering.segment import SCHEMA, Record, _table
+
+JSON = "application/json"
+
+
+def table(*rows: tuple[str, bytes]) -> pa.Table:
+    """One append a row, (content type, payload) each, at consecutive offsets."""
+    pos, parts = 0, []
+    for content_type, payload in rows:
+        parts.append(_table("b", "s", content_type, [Record(pos, 0, payload)], SCHEMA))
+        pos += len(payload)
+    return pa.concat_tables(parts)
+
+
+def test_json_appends_become_a_row_per_message_and_others_stay_whole() -> None:
+    out = explode(table((JSON, b'{"a":1},{"a":2}'), ("text/plain", b"x,y"), (JSON, b"[1,2]")))
+    assert out.schema == with_ordinal(SCHEMA)
+    assert out["payload"].to_pylist() == [b'{"a":1}', b'{"a":2}', b"x,y", b"[1,2]"]
+    assert out["ordinal"].to_pylist() == [0, 1, 0, 0]
+    assert out["offset"].to_pylist()[:2] == [out["offset"][0].as_py()] * 2  # a message keeps its append's offset
+
+
+def test_an_append_a_message_keeps_its_rows_and_bytes() -> None:
+    source = table((JSON, b'{"a": 1, "b": [1, 2]}'), (JSON + "; charset=utf-8", b'"s"'))
+    out = explode(source)
+    assert out["payload"].to_pylist() == source["payload"].to_pylist()
+    assert out["ordinal"].to_pylist() == [0, 0]
+    assert explode(table(("text/plain", b"a"))).num_rows == 1
+
+
+def test_values_parse_objects_of_the_schema_and_null_the_rest() -> None:
+    kind = pa.struct([("a", pa.int32()), ("b", pa.list_(pa.string()))])
+    assert parse_ddl("a INT, b ARRAY<STRING>").fieldNames() == ["a", "b"]
+    rows = explode(table((JSON, b'{"a":1,"b":["x"]},{"a":"nope"},7'), ("text/plain", b'{"a":2}')))
+    assert values(rows, kind).to_pylist() == [{"a": 1, "b": ["x"]}, None, None, None]
