@@ -13,6 +13,7 @@ import pytest
 
 from app.domain.offsets import format_offset
 from app.pipeline.hot import Server, ServerError, read_range
+from app.security.tokens import toml_entry
 from app.tiering.segment import offset_of
 from tests.moto import MotoS3
 from tests.pipeline.live import BUCKET, OCTET, PREFIX, make_stream, payloads, read_http, spark_options, wait_for_tiering
@@ -152,3 +153,24 @@ def test_json_streams_read_as_a_row_per_message_with_a_parsed_value(
     assert len(first) == 2 and {r["next_offset"] for r in first} == {rows[2]["offset"]}
     with pytest.raises(Exception, match="not a DDL schema"):
         spark.read.format("rill").options(**{**options, "json_schema": "id WHATEVER"}).load()
+
+
+def test_the_token_option_reads_a_server_with_access_control(spark: Any, tmp_path: Path) -> None:
+    reader, admin = "spark-reader-token", "spark-admin-token"
+    config = tmp_path / "rill.toml"
+    config.write_text('[auth]\nmode = "on"\n\n' + toml_entry(reader, ["read:*"]) + toml_entry(admin, ["admin:*"]))
+    server = RillProcess(tmp_path / "data", None, "--config", str(config)).start()
+    try:
+        root = {"authorization": f"Bearer {admin}"}
+        with httpx.Client(base_url=server.url, headers=root) as http:
+            assert http.put("/ds/secure").status_code == 201
+            assert http.put("/ds/secure/s", headers=OCTET).status_code == 201
+            for payload in (b"one", b"two"):
+                assert http.post("/ds/secure/s", content=payload, headers=OCTET).status_code in (200, 204)
+        options = {"store": (tmp_path / "data" / "cold").as_uri(), "url": server.url, "bucket": "secure"}
+        df = spark.read.format("rill").options(**options, token=reader).load()
+        assert [bytes(r["payload"]) for r in df.orderBy("offset").collect()] == [b"one", b"two"]
+        with pytest.raises(Exception, match="401"):
+            spark.read.format("rill").options(**options).load().count()
+    finally:
+        server.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 
 import httpx
+import pyarrow as pa
 import pytest
 
 from app.security.scopes import Action
@@ -46,6 +47,8 @@ SUB_OPS = [
     Op("append-batch", "POST", SUB + "append-batch", W, 200, struct.pack(">I", 1) + b"d", "text/plain"),
     Op("bootstrap", "GET", SUB + "bootstrap", R, 200),
     Op("bootstrap-head", "HEAD", SUB + "bootstrap", R, 200),
+    Op("records", "GET", SUB + "__ds/records", R, 200),
+    Op("records-head", "HEAD", SUB + "__ds/records", R, 200),
     Op("snapshot-latest", "GET", SUB + "snapshot", R, 307),
     Op("snapshot-get", "GET", SUB + "snapshot/{o1}", R, 200),
     Op("snapshot-head", "HEAD", SUB + "snapshot/{o1}", R, 200),
@@ -72,7 +75,7 @@ async def verify(client: httpx.AsyncClient, world: World, resp: httpx.Response, 
         listing = resp.json()
         assert listing["bucket"] == world.bucket
         assert world.stream in [s["name"] for s in listing["streams"]]
-    elif op.id in ("bucket-head", "attrs-head", "bootstrap-head"):
+    elif op.id in ("bucket-head", "attrs-head", "bootstrap-head", "records-head"):
         assert resp.content == b""
     elif op.id in ("bucket-put", "bucket-delete"):
         if op.id == "bucket-delete":
@@ -89,6 +92,9 @@ async def verify(client: httpx.AsyncClient, world: World, resp: httpx.Response, 
         assert resp.headers["content-type"].startswith("multipart/mixed; boundary=")
         assert resp.headers["stream-snapshot-offset"] == o2
         assert b"\r\n\r\ns2\r\n" in resp.content and b"\r\n\r\nc\r\n" in resp.content
+    elif op.id == "records":
+        assert resp.headers["content-type"] == "application/vnd.apache.arrow.stream"
+        assert b"".join(pa.ipc.open_stream(resp.content).read_all()["payload"].to_pylist()) == b"abc"
     elif op.id == "snapshot-latest":
         assert resp.headers["location"].endswith(f"/snapshot/{o2}")
     elif op.id == "snapshot-get":
@@ -117,7 +123,11 @@ async def test_ds_access(client: httpx.AsyncClient, auth_node: Node, keys: Signi
 def test_the_matrix_covers_every_sub_resource() -> None:
     from app.protocol.target import SUBROUTES
 
-    covered = {(op.path.split("/")[1], op.method, "{o" in op.path) for op in SUB_OPS}
+    def kind(path: str) -> str:
+        rest = path.split("/", 1)[1]
+        return rest.rsplit("/", 1)[0] if "{o" in rest else rest
+
+    covered = {(kind(op.path), op.method, "{o" in op.path) for op in SUB_OPS}
     for kind, (plain, with_offset) in SUBROUTES.items():
         for methods, has_offset in ((plain, False), (with_offset, True)):
             for method in methods:
