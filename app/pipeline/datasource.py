@@ -398,6 +398,15 @@ def segments_between(opts: ReadOptions, stream: str, lo: int, hi: int) -> Iterat
             yield table.filter(only.offsets.mask(table["offset"], pa.string()))
 
 
+def starts_between(opts: ReadOptions, stream: str, lo: int, hi: int) -> Iterator[int]:
+    """Where the appends of `stream` that start in [lo, hi) start, from the offsets in its segments."""
+    only = Bounds(offsets=Range(format_offset(lo), False, format_offset(hi), True))
+    for seg in plan(replace(opts, stream=stream, prefix=None), only):
+        offsets = pq.read_table(pa.BufferReader(segment_bytes(opts, seg.key)), columns=["offset"])["offset"]
+        mask = only.offsets.mask(offsets, pa.string())
+        yield from (offset_of(token) for token in (offsets if mask is None else offsets.filter(mask)).to_pylist())
+
+
 @dataclass
 class HotPartition(sds.InputPartition):
     """A stream's records from the end of its tiered part to its tail when the read was planned."""

@@ -99,6 +99,39 @@ class Tiered(Exception):
     upto: int
 
 
+def after_records(
+    server: Server, bucket: str, stream: str, lo: int, count: int, in_segments: Callable[[int, int], Iterator[int]]
+) -> int:
+    """The position after the first `count` appends that start at or after `lo` (the tail if there
+    are fewer): from the server's records route, and from `in_segments(lo, hi)` (the start
+    positions of the appends in [lo, hi) from the segments) where the server evicted them."""
+    pos, left = lo, count
+    path = stream_path(bucket, stream) + "/__ds/records"
+    with server.client() as http:
+        while left > 0:
+            response = http.get(path, params={"offset": format_offset(pos), "limit": str(min(left, 100_000))})
+            if response.status_code == 409 and "stream-tiered-offset" in response.headers:
+                upto = offset_of(response.headers["stream-tiered-offset"])
+                starts = [s for s in in_segments(pos, upto)]
+                if len(starts) > left:
+                    return starts[left]
+                left -= len(starts)
+                pos = max(upto, pos + 1)
+                continue
+            if response.status_code == 410 and "stream-earliest-offset" in response.headers:
+                pos = max(pos + 1, offset_of(response.headers["stream-earliest-offset"]))
+                continue
+            if response.status_code != 200:
+                raise _refused(response, f"counting records of {bucket}/{stream} on {server.url}")
+            rows = pa.ipc.open_stream(response.content).read_all().num_rows
+            next_pos = offset_of(response.headers["stream-next-offset"])
+            left -= rows
+            if not rows or next_pos <= pos or "stream-up-to-date" in response.headers:
+                return next_pos
+            pos = next_pos
+    return pos
+
+
 def records(server: Server, bucket: str, stream: str, lo: int, hi: int, lossless: bool = False) -> Iterator[pa.Table]:
     """The records starting in [lo, hi), as tables of the segments' schema, in offset order.
 

@@ -5,6 +5,9 @@ A micro-batch reads, for each stream, the appends that *start* in [its start off
 an end may fall inside an append, which then belongs to this batch and not the next, so a batch can
 end at any byte and still every append is read exactly once. `latestOffset` takes each stream's
 tail from the server's listing, so streams created later under the prefix join (from their start).
+`maxBytesPerTrigger` cuts each batch to about that many bytes; `maxRecordsPerTrigger` to that many
+appends (the server counts them, or the segments' offsets where it has evicted them), shared
+evenly between the streams with data.
 Each partition reads its range from the server's records route, and from the object store's
 segments for whatever is tiered and evicted (`app/pipeline/hot.py`), so hot and cold data read alike
 and any node serves it. Partitions are pure functions of their offsets: a batch replayed after a
@@ -21,12 +24,27 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 from pyspark.sql import datasource as sds
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from app.domain.offsets import format_offset
-from app.pipeline.datasource import STREAM_ONLY, TOKEN, Bounds, Range, ReadOptions, restrict, segments_between
-from app.pipeline.hot import earliest, list_tails, read_range
+from app.pipeline.datasource import (
+    STREAM_ONLY,
+    TOKEN,
+    Bounds,
+    Range,
+    ReadOptions,
+    restrict,
+    segments_between,
+    starts_between,
+)
+from app.pipeline.hot import after_records, earliest, list_tails, read_range
 from app.tiering.segment import offset_of
 
 EARLIEST, LATEST = "earliest", "latest"
@@ -38,25 +56,29 @@ class StreamOptions:
     starting: str | dict[str, str]  # earliest, latest, or a token (or earliest/latest) per stream
     max_bytes: int = 0  # per micro-batch, over all streams; 0: no limit
     fail_on_data_loss: bool = True
+    max_records: int = 0  # appends per micro-batch, over all streams; 0: no limit
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         opts = {k.lower(): v for k, v in options.items()}
-        if opts.get("maxrecordspertrigger") is not None:
-            raise ValueError(
-                "maxRecordsPerTrigger is not supported: offsets are byte positions, so use maxBytesPerTrigger"
-            )
         read = ReadOptions.parse({k: v for k, v in opts.items() if k not in STREAM_ONLY})
         if read.server is None:
             raise ValueError("a streaming read needs option 'url' (a Rill server): it follows the streams' tails")
         starting = _starting(opts.get("startingoffsets", EARLIEST))
-        max_bytes = opts.get("maxbytespertrigger", "0").strip()
-        if not max_bytes.isdigit():
-            raise ValueError(f"option 'maxBytesPerTrigger' must be a whole number of bytes, not {max_bytes!r}")
+        max_bytes, max_records = (_whole(opts, name) for name in ("maxBytesPerTrigger", "maxRecordsPerTrigger"))
+        if max_bytes and max_records:
+            raise ValueError("options 'maxBytesPerTrigger' and 'maxRecordsPerTrigger' are exclusive: use one")
         fail = opts.get("failondataloss", "true").strip().lower()
         if fail not in ("true", "false"):
             raise ValueError(f"option 'failOnDataLoss' must be true or false, not {fail!r}")
-        return cls(read, starting, int(max_bytes), fail == "true")
+        return cls(read, starting, max_bytes, fail == "true", max_records)
+
+
+def _whole(opts: Mapping[str, str], name: str) -> int:
+    value = opts.get(name.lower(), "0").strip()
+    if not value.isdigit():
+        raise ValueError(f"option {name!r} must be a whole number, not {value!r}")
+    return int(value)
 
 
 def _starting(value: str) -> str | dict[str, str]:
@@ -129,6 +151,8 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _tokens(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.opts.max_records:
+            return ReadMaxRows(self.opts.max_records)
         return ReadMaxBytes(self.opts.max_bytes) if self.opts.max_bytes else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
@@ -141,7 +165,24 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {**positions, **{name: max(tail, positions.get(name, 0)) for name, tail in tails.items()}}
         if isinstance(limit, ReadMaxBytes):
             end = admit(positions, end, limit.max_bytes)
+        elif isinstance(limit, ReadMaxRows):
+            end = self._admit_records(positions, end, limit.max_rows)
         return _tokens(end)
+
+    def _admit_records(self, start: dict[str, int], end: dict[str, int], most: int) -> dict[str, int]:
+        """`end` cut to about `most` appends in all, shared evenly between the streams with any."""
+        read = self.opts.read
+        assert read.server is not None
+        pending = [name for name in sorted(end) if end[name] > start.get(name, 0)]
+        share = max(1, most // max(1, len(pending)))
+        out = dict(end)
+        for name in pending[: max(1, most)]:
+            lo = start.get(name, 0)
+            in_segments = functools.partial(starts_between, read, name)
+            out[name] = min(end[name], after_records(read.server, read.bucket, name, lo, share, in_segments))
+        for name in pending[max(1, most) :]:  # more streams than appends allowed: these wait
+            out[name] = start.get(name, 0)
+        return out
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[sds.InputPartition]:
         lo = _positions(start)

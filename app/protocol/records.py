@@ -14,7 +14,7 @@ from __future__ import annotations
 from app.domain.errors import ProtocolError, bad_request
 from app.domain.offsets import format_offset
 from app.node import Engine
-from app.protocol.headers import single_query
+from app.protocol.headers import parse_uint, single_query
 from app.protocol.http import Call, Reply
 from app.protocol.reads import start_position
 from app.protocol.responses import NO_STORE
@@ -23,6 +23,7 @@ from app.state_machine import records as r
 from app.tiering.segment import Record, arrow_stream
 
 MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+MAX_LIMIT = 100_000
 
 
 async def get_records(engine: Engine, call: Call, target: StreamTarget) -> Reply:
@@ -32,7 +33,11 @@ async def get_records(engine: Engine, call: Call, target: StreamTarget) -> Reply
     # Any offset will do: rows are the appends that start at or after it, so a reader may split a
     # stream at any position and read each append exactly once.
     pos = start_position(meta, single_query(call.query, "offset"))
-    found = engine.machine.local_records(meta, pos, engine.limits.read_chunk_bytes)
+    limit = single_query(call.query, "limit")
+    most = parse_uint(limit) if limit is not None else 0
+    if most is None or (limit is not None and not 1 <= most <= MAX_LIMIT):
+        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}", "invalid_limit")
+    found = engine.machine.local_records(meta, pos, engine.limits.read_chunk_bytes, most)
     if found is None:
         raise ProtocolError(
             409, "records_tiered", "these records are only in the object store now: read them from its segments",

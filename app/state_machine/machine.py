@@ -206,8 +206,10 @@ class StateMachine:
     ) -> Chunk:
         return reader.read(self.table, meta, pos, max_bytes, cold, whole)
 
-    def local_records(self, meta: r.StreamMeta, pos: int, max_bytes: int) -> tuple[list[tuple[int, bytes]], int] | None:
-        return reader.local_records(self.table, meta, pos, max_bytes)
+    def local_records(
+        self, meta: r.StreamMeta, pos: int, max_bytes: int, max_records: int = 0
+    ) -> tuple[list[tuple[int, bytes]], int] | None:
+        return reader.local_records(self.table, meta, pos, max_bytes, max_records)
 
     def snapshot_at(self, sid: int, pos: int) -> r.PublishedSnapshot | None:
         return snapshots.snapshot_at(self.table, sid, pos)

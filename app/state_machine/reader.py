@@ -177,10 +177,11 @@ def read(
 
 
 def local_records(
-    table: StreamTable, meta: r.StreamMeta, pos: int, max_bytes: int
+    table: StreamTable, meta: r.StreamMeta, pos: int, max_bytes: int, max_records: int = 0
 ) -> tuple[list[tuple[int, bytes]], int] | None:
     """The records that start at or after `pos`, as stored here, (position, stored value) each, up to
-    about `max_bytes` (at least one), and where the next read starts; None when part of the range
+    about `max_bytes` (at least one) and at most `max_records` (0: any number), and where the next
+    read starts; None when part of the range
     is evicted to the object store (only its segments hold those records now)."""
     out: list[tuple[int, bytes]] = []
     size, next_pos = 0, pos
@@ -191,7 +192,7 @@ def local_records(
             rec_pos, length = r.data_pos(key), len(r.record_payload(value))
             if out and rec_pos != next_pos:
                 return None  # evicted (or deleted) while this read ran
-            if out and size + length > max_bytes:
+            if out and (size + length > max_bytes or len(out) == max_records):
                 return out, next_pos
             out.append((rec_pos, value))
             size, next_pos = size + length, rec_pos + length

@@ -91,6 +91,12 @@ def test_the_records_route_serves_local_records_and_sends_evicted_ones_to_the_se
         assert table["payload"].to_pylist() == written[-table.num_rows :]
         assert table["offset"][0].as_py() == format_offset(evicted)
         assert http.head(url + "/__ds/records", params={"offset": format_offset(evicted)}).status_code == 200
+        two = http.get(url + "/__ds/records", params={"offset": format_offset(evicted), "limit": "2"})
+        assert pa.ipc.open_stream(two.content).read_all().num_rows == 2 and "stream-up-to-date" not in two.headers
+        assert two.headers["stream-next-offset"] == table["offset"][2].as_py()
+        for bad in ("0", "x", "100001"):
+            refused = http.get(url + "/__ds/records", params={"offset": format_offset(evicted), "limit": bad})
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_limit"
         inside = http.get(url + "/__ds/records", params={"offset": format_offset(evicted + 1)})
         after = pa.ipc.open_stream(inside.content).read_all()  # the appends that start after it
         assert after["offset"].to_pylist() == table["offset"].to_pylist()[1:]

@@ -108,6 +108,29 @@ def test_available_now_reads_hot_and_cold_data_and_stops(spark: Any, moto_s3: Mo
     assert len(query.recentProgress) > 1  # the byte limit split it into several batches
 
 
+def test_max_records_per_trigger_admits_that_many_appends_a_batch_from_cold_and_hot(
+    spark: Any, moto_s3: MotoS3, node: RillProcess
+) -> None:
+    first, second = payloads(45, start=7000), payloads(40, start=8000)
+    make_stream(node, "mr-a", first)
+    make_stream(node, "mr-b", second)
+    wait_for_tiering(moto_s3, "mr-a", 4096)  # mr-a's first appends are only in the object store
+    query = (
+        spark.readStream.format("rill")
+        .options(**spark_options(moto_s3, node, prefix="mr-", maxRecordsPerTrigger="20"))
+        .load()
+        .writeStream.format("memory")
+        .queryName("max_records")
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert max(sizes) <= 20 and sum(sizes) == 85 and len(sizes) >= 5
+    got = spark.sql("select stream, payload from max_records order by stream, offset").collect()
+    assert [bytes(r["payload"]) for r in got] == first + second
+
+
 def test_retention_fails_a_query_unless_it_accepts_data_loss(spark: Any, moto_s3: MotoS3, node: RillProcess) -> None:
     records = payloads(30, start=9000)
     url = make_stream(node, "rt-x", records)
@@ -135,7 +158,8 @@ def test_retention_fails_a_query_unless_it_accepts_data_loss(spark: Any, moto_s3
         ({"startingOffsets": "first"}, "'startingOffsets' must be earliest, latest"),
         ({"startingOffsets": '{"a": "12"}'}, "not an offset token"),
         ({"maxBytesPerTrigger": "1 MB"}, "'maxBytesPerTrigger' must be a whole number"),
-        ({"maxRecordsPerTrigger": "10"}, "use maxBytesPerTrigger"),
+        ({"maxRecordsPerTrigger": "-1"}, "'maxRecordsPerTrigger' must be a whole number"),
+        ({"maxRecordsPerTrigger": "10", "maxBytesPerTrigger": "10"}, "are exclusive"),
         ({"failOnDataLoss": "perhaps"}, "'failOnDataLoss' must be true or false"),
         ({"url": None}, "a streaming read needs option 'url'"),
     ],
