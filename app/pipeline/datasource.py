@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import re
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -472,8 +473,12 @@ class RillDataSource(sds.DataSource):
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
         self.streaming = {k for k in options if k.lower() in STREAM_ONLY}
-        # Checked at load(), with the option's name; a streaming read checks its own ones too.
-        self.read_options = ReadOptions.parse({k: v for k, v in options.items() if k not in self.streaming})
+
+    @functools.cached_property
+    def read_options(self) -> ReadOptions:
+        """A read's options, checked at load() (by `schema`) with the option's name; a streaming read
+        checks its own ones too. Writes have options of their own (app/pipeline/sink.py)."""
+        return ReadOptions.parse({k: v for k, v in self.options.items() if k not in self.streaming})
 
     @classmethod
     def name(cls) -> str:
@@ -487,6 +492,20 @@ class RillDataSource(sds.DataSource):
         if self.streaming:
             raise ValueError(f"option(s) {sorted(self.streaming)} apply to spark.readStream only")
         return RillReader(self.read_options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> sds.DataSourceWriter:
+        from app.pipeline.sink import RillWriter, SinkOptions
+
+        if overwrite:
+            raise ValueError("streams are append-only: write with mode('append')")
+        return RillWriter(SinkOptions.parse(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> sds.DataSourceStreamWriter:  # noqa: N802
+        from app.pipeline.sink import RillStreamWriter, SinkOptions
+
+        if overwrite:
+            raise ValueError("streams are append-only: use outputMode('append')")
+        return RillStreamWriter(SinkOptions.parse(self.options, schema), uuid.uuid4().hex[:16])
 
     def streamReader(self, schema: StructType) -> sds.DataSourceStreamReader:  # noqa: N802 (Spark's name)
         from app.pipeline.streaming import stream_reader

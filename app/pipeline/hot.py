@@ -45,7 +45,7 @@ def stream_path(bucket: str, stream: str) -> str:
     return f"/ds/{quote(bucket, safe='')}/{quote(stream, safe='/')}"
 
 
-def _refused(response: httpx.Response, what: str) -> ServerError:
+def refused(response: httpx.Response, what: str) -> ServerError:
     try:
         message = response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
@@ -64,7 +64,7 @@ def list_tails(server: Server, bucket: str, stream: str | None, prefix: str | No
                 params["after"] = after
             response = http.get(f"/ds/{quote(bucket, safe='')}", params=params)
             if response.status_code != 200:
-                raise _refused(response, f"listing bucket {bucket!r} on {server.url}")
+                raise refused(response, f"listing bucket {bucket!r} on {server.url}")
             page = response.json()
             for entry in page["streams"]:
                 if stream is None or entry["name"] == stream:
@@ -86,7 +86,7 @@ def earliest(server: Server, bucket: str, names: list[str]) -> dict[str, int]:
             if response.status_code == 404:
                 continue  # deleted since it was listed
             if response.status_code != 200:
-                raise _refused(response, f"HEAD of {bucket}/{name} on {server.url}")
+                raise refused(response, f"HEAD of {bucket}/{name} on {server.url}")
             out[name] = offset_of(response.headers["stream-earliest-offset"])
     return out
 
@@ -122,7 +122,7 @@ def after_records(
                 pos = max(pos + 1, offset_of(response.headers["stream-earliest-offset"]))
                 continue
             if response.status_code != 200:
-                raise _refused(response, f"counting records of {bucket}/{stream} on {server.url}")
+                raise refused(response, f"counting records of {bucket}/{stream} on {server.url}")
             rows = pa.ipc.open_stream(response.content).read_all().num_rows
             next_pos = offset_of(response.headers["stream-next-offset"])
             left -= rows
@@ -155,7 +155,7 @@ def records(server: Server, bucket: str, stream: str, lo: int, hi: int, lossless
                 pos = max(pos, earliest)
                 continue
             if response.status_code != 200:
-                raise _refused(response, f"reading {bucket}/{stream} at {format_offset(pos)} from {server.url}")
+                raise refused(response, f"reading {bucket}/{stream} at {format_offset(pos)} from {server.url}")
             table = pa.ipc.open_stream(response.content).read_all()
             if table.num_rows:
                 yield table
