@@ -172,3 +172,15 @@ class RillCluster:
     def stop(self) -> None:
         for node in self.nodes.values():
             node.stop()
+
+
+def read_to_tail(client: httpx.Client, url: str, offset: str = "-1") -> bytes:
+    """Catch-up reads of the stream at `url` from `offset` until up to date, concatenated."""
+    out = b""
+    while True:
+        response = client.get(url, params={"offset": offset})
+        assert response.status_code == 200, response.text
+        out += response.content
+        offset = response.headers["stream-next-offset"]
+        if response.headers.get("stream-up-to-date") == "true":
+            return out

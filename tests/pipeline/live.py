@@ -14,7 +14,7 @@ import pytest
 
 from app.tiering.segment import Manifest, manifest_key, offset_of
 from tests.moto import MotoS3
-from tests.server import RillProcess
+from tests.server import RillProcess, read_to_tail
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 PREFIX = "hot-tail"
@@ -74,14 +74,8 @@ def make_stream(node: RillProcess, name: str, records: list[bytes]) -> str:
 
 
 def read_http(url: str) -> bytes:
-    out, offset = b"", "-1"
     with httpx.Client() as http:
-        while True:
-            response = http.get(url, params={"offset": offset})
-            out += response.content
-            offset = response.headers["stream-next-offset"]
-            if response.headers.get("stream-up-to-date") == "true":
-                return out
+        return read_to_tail(http, url)
 
 
 def payloads(count: int, start: int = 0) -> list[bytes]:

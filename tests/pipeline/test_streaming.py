@@ -28,6 +28,12 @@ def written_rows(path: Path, spark: Any) -> dict[str, list[tuple[str, bytes]]]:
     return {name: sorted(pairs) for name, pairs in out.items()}
 
 
+def available_now(spark: Any, options: dict[str, str], name: str) -> Any:
+    """A query over what the streams hold now, into the memory table `name`."""
+    stream = spark.readStream.format("rill").options(**options).load()
+    return stream.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+
+
 def test_a_query_stopped_midway_resumes_from_its_checkpoint_and_reads_every_record_once(
     spark: Any, moto_s3: MotoS3, node: RillProcess, tmp_path: Path
 ) -> None:
@@ -93,15 +99,8 @@ def test_available_now_reads_hot_and_cold_data_and_stops(spark: Any, moto_s3: Mo
     records = payloads(70, start=5000)
     make_stream(node, "an-x", records)
     wait_for_tiering(moto_s3, "an-x", 4096)
-    query = (
-        spark.readStream.format("rill")
-        .options(**spark_options(moto_s3, node, stream="an-x", maxBytesPerTrigger="1000"))
-        .load()
-        .writeStream.format("memory")
-        .queryName("available_now")
-        .trigger(availableNow=True)
-        .start()
-    )
+    options = spark_options(moto_s3, node, stream="an-x", maxBytesPerTrigger="1000")
+    query = available_now(spark, options, "available_now")
     assert query.awaitTermination(90)
     got = spark.sql("select offset, payload from available_now order by offset").collect()
     assert [bytes(r["payload"]) for r in got] == records
@@ -115,15 +114,7 @@ def test_max_records_per_trigger_admits_that_many_appends_a_batch_from_cold_and_
     make_stream(node, "mr-a", first)
     make_stream(node, "mr-b", second)
     wait_for_tiering(moto_s3, "mr-a", 4096)  # mr-a's first appends are only in the object store
-    query = (
-        spark.readStream.format("rill")
-        .options(**spark_options(moto_s3, node, prefix="mr-", maxRecordsPerTrigger="20"))
-        .load()
-        .writeStream.format("memory")
-        .queryName("max_records")
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = available_now(spark, spark_options(moto_s3, node, prefix="mr-", maxRecordsPerTrigger="20"), "max_records")
     assert query.awaitTermination(120)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert max(sizes) <= 20 and sum(sizes) == 85 and len(sizes) >= 5
@@ -140,8 +131,7 @@ def test_retention_fails_a_query_unless_it_accepts_data_loss(spark: Any, moto_s3
 
     def run(name: str, **extra: str) -> Any:
         options = spark_options(moto_s3, node, stream="rt-x", startingOffsets=starting, **extra)
-        stream = spark.readStream.format("rill").options(**options).load()
-        return stream.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+        return available_now(spark, options, name)
 
     failing = run("rt_strict")
     with pytest.raises(Exception, match="removed by retention"):

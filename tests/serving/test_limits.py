@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server import RillProcess
+from tests.server import RillProcess, read_to_tail
 from tests.serving.wire import answer, assert_error, connect, parse, read_to_close, send
 
 
@@ -18,16 +18,6 @@ def _peak_rss(server: RillProcess) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmHWM")
-
-
-def _read_all(client: httpx.Client, url: str) -> bytes:
-    data, offset = b"", "-1"
-    while True:
-        reply = client.get(url, params={"offset": offset})
-        data += reply.content
-        offset = reply.headers["stream-next-offset"]
-        if reply.headers.get("stream-up-to-date") == "true":
-            return data
 
 
 def test_garbage_gets_a_json_400(edge: RillProcess) -> None:
@@ -96,7 +86,7 @@ def test_a_chunked_upload_still_works(edge: RillProcess) -> None:
         assert client.put(url, headers={"content-type": "application/octet-stream"}).status_code == 201
         reply = client.post(url, content=iter(pieces), headers={"content-type": "application/octet-stream"})
         assert reply.status_code == 204
-        assert _read_all(client, url) == b"".join(pieces)
+        assert read_to_tail(client, url) == b"".join(pieces)
 
 
 def test_a_large_upload_at_normal_speed_works(edge: RillProcess) -> None:
@@ -105,4 +95,4 @@ def test_a_large_upload_at_normal_speed_works(edge: RillProcess) -> None:
     with httpx.Client(base_url=edge.url, timeout=30) as client:
         assert client.put(url, headers={"content-type": "application/octet-stream"}).status_code == 201
         assert client.post(url, content=body, headers={"content-type": "application/octet-stream"}).status_code == 204
-        assert _read_all(client, url) == body
+        assert read_to_tail(client, url) == body

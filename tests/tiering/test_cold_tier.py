@@ -16,6 +16,7 @@ import pytest
 from app.tiering.segment import Manifest, manifest_key, offset_of
 from tests.moto import MotoS3
 from tests.server import RillCluster, RillProcess
+from tests.server import read_to_tail as read_all
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 SMALL_SEGMENTS = ("--segment-max-bytes", "4096", "--segment-max-age", "0.3", "--local-disk-budget", "0")
@@ -51,18 +52,6 @@ def tiering(url: str) -> dict[str, Any]:
 def all_tiered(url: str) -> bool:
     status = tiering(url)
     return status["untiered_bytes"] == 0 and status["local_bytes"] == 0
-
-
-def read_all(client: httpx.Client, url: str, offset: str = "-1") -> bytes:
-    """Catch-up reads from `offset` until up to date, concatenated."""
-    out = b""
-    while True:
-        r = client.get(url, params={"offset": offset})
-        assert r.status_code == 200, r.text
-        out += r.content
-        offset = r.headers["stream-next-offset"]
-        if r.headers.get("stream-up-to-date") == "true":
-            return out
 
 
 def read_sse(client: httpx.Client, url: str) -> bytes:
