@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.pipeline import register
-from app.pipeline.datasource import ReadOptions, pack, plan
+from app.pipeline.datasource import pack, plan
+from app.pipeline.options import ReadOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -31,31 +31,44 @@ def with_ordinal(schema: pa.Schema) -> pa.Schema:
 def explode(table: pa.Table) -> pa.Table:
     """One row per message of the JSON appends in `table` (others stay one row), with `ordinal`."""
     at = table.schema.get_field_index("next_offset") + 1
-    kinds = [k for k in pc.unique(table["content_type"]).to_pylist() if media_type(k) == JSON]
+    kinds = pc.unique(table["content_type"]).to_pylist()
+    json_kinds = [k for k in kinds if media_type(k) == JSON]
     zeros = pc.fill_null(pa.nulls(table.num_rows, pa.int32()), 0)
-    if not kinds:
+    if not json_kinds:
         return table.add_column(at, ORDINAL, zeros)
-    is_json = pc.is_in(table["content_type"], value_set=pa.array(kinds)).to_pylist()
-    payloads = table["payload"].to_pylist()
-    chosen = [p for p, j in zip(payloads, is_json, strict=True) if j]
-    # All JSON appends in one decode: `[[m1,m2],[m3]]` from appends stored as `m1,m2` and `m3`.
-    decoded = iter(_appends.decode(b"[[" + b"],[".join(chosen) + b"]]"))
-    messages: list[list[msgspec.Raw] | None] = [next(decoded) if j else None for j in is_json]
-    single = all(m is None or len(m) == 1 for m in messages)
-    if single and sum(len(m[0]) for m in messages if m) == sum(map(len, chosen)):
+    payload = table["payload"]
+    if len(json_kinds) < len(kinds):  # JSON and other appends together (never within one stream)
+        is_json = pc.is_in(table["content_type"], value_set=pa.array(json_kinds)).to_pylist()
+        texts = payload.to_pylist()
+        chosen = [t for t, j in zip(texts, is_json, strict=True) if j]
+        decoded = iter(_appends.decode(b"[[" + b"],[".join(chosen) + b"]]"))
+        mixed = [next(decoded) if j else [msgspec.Raw(t)] for t, j in zip(texts, is_json, strict=True)]
+        return _split(table, mixed, at)
+    messages = _appends.decode(_bracketed(payload))
+    whole = sum(len(m[0]) for m in messages if len(m) == 1)
+    if all(len(m) == 1 for m in messages) and whole == (pc.sum(pc.binary_length(payload)).as_py() or 0):
         return table.add_column(at, ORDINAL, zeros)  # an append a message: nothing to split
+    return _split(table, messages, at)
+
+
+def _bracketed(payload: pa.ChunkedArray) -> bytes:
+    """`[[p1],[p2],…]` of the appends' payloads, built by Arrow: one decode then finds every message
+    of every append (an append is stored as its messages joined by commas)."""
+    kind = payload.type
+    wrapped = pc.binary_join_element_wise(pa.scalar(b"[", kind), payload, pa.scalar(b"],", kind), pa.scalar(b"", kind))
+    array = wrapped.combine_chunks() if isinstance(wrapped, pa.ChunkedArray) else wrapped
+    size = pc.sum(pc.binary_length(array)).as_py() or 0
+    data = memoryview(array.buffers()[2])[:size] if size else memoryview(b",")
+    return b"".join((b"[", data[:-1], b"]"))
+
+
+def _split(table: pa.Table, messages: list[list[msgspec.Raw]], at: int) -> pa.Table:
     rows: list[int] = []
     ordinals: list[int] = []
-    texts: list[bytes] = []
-    for i, (found, payload) in enumerate(zip(messages, payloads, strict=True)):
-        if found is None:
-            rows.append(i)
-            ordinals.append(0)
-            texts.append(payload)
-            continue
+    for i, found in enumerate(messages):
         rows += [i] * len(found)
         ordinals += range(len(found))
-        texts += [bytes(m) for m in found]
+    texts = [bytes(m) for found in messages for m in found]
     out = table.take(pa.array(rows, pa.int64()))
     column = out.schema.get_field_index("payload")
     out = out.set_column(column, out.schema.field(column), pa.array(texts, out.schema.field(column).type))

@@ -18,16 +18,14 @@ from app.domain.offsets import format_offset
 from app.pipeline import PUSHDOWN_CONF
 from app.pipeline.datasource import (
     SPARK_SCHEMA,
-    Bounds,
-    ReadOptions,
     RillReader,
     SegmentGroup,
     SegmentPartition,
-    narrow,
     pack,
     pick_row_groups,
     plan,
 )
+from app.pipeline.options import Bounds, ReadOptions, narrow
 from app.tiering.segment import SCHEMA, Record
 from tests.pipeline.conftest import LAYOUT, Cold
 

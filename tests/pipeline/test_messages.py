@@ -41,3 +41,12 @@ def test_values_parse_objects_of_the_schema_and_null_the_rest() -> None:
     assert parse_ddl("a INT, b ARRAY<STRING>").fieldNames() == ["a", "b"]
     rows = explode(table((JSON, b'{"a":1,"b":["x"]},{"a":"nope"},7'), ("text/plain", b'{"a":2}')))
     assert values(rows, kind).to_pylist() == [{"a": 1, "b": ["x"]}, None, None, None]
+
+
+def test_an_empty_table_and_a_mixed_one_explode_too() -> None:
+    empty = table((JSON, b"1")).slice(0, 0)
+    assert explode(empty).num_rows == 0 and explode(empty).schema == with_ordinal(SCHEMA)
+    big = table(*[(JSON, b'{"i":%d}' % i) for i in range(500)], (JSON, b"1,2,3"))
+    out = explode(big)
+    assert out.num_rows == 503 and out["ordinal"].to_pylist()[-3:] == [0, 1, 2]
+    assert out["payload"].to_pylist()[:2] == [b'{"i":0}', b'{"i":1}']
