@@ -67,7 +67,8 @@ def spark_vs_pyarrow(
             "max_partition_bytes": str(256 << 20),
             "min_partitions": str(2 * spark.sparkContext.defaultParallelism),
         }
-        variants = {"per_segment": opts, "packed": {**packed, **opts}}
+        rows = {**packed, **opts, "arrow": "false"}  # a Python tuple per row: what the Arrow batches save
+        variants = {"per_segment": opts, "packed": {**packed, **opts}, "packed_rows": rows}
         for _ in range(rounds):
             for name, variant in variants.items():
                 seconds, total = _spark_sum(spark, variant)

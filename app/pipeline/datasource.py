@@ -13,6 +13,7 @@ import functools
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, replace
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -247,14 +248,18 @@ class RillReader(sds.DataSourceReader):
                 out.append(HotPartition(name, lo, tail))
         return out
 
-    def read(self, partition: sds.InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: sds.InputPartition) -> Iterator[pa.RecordBatch | tuple[Any, ...]]:
         if isinstance(partition, HotPartition):
             yield from self._read_hot(partition)
             return
         # Anything else is Spark's stand-in partition for an empty plan.
         segments = partition.segments if isinstance(partition, SegmentGroup) else []
         for seg in segments:
-            yield from read_segment(self._segment(seg.key), self.bounds, self.arrow_schema)
+            batches = read_segment(self._segment(seg.key), self.bounds, self.arrow_schema)
+            if self.opts.arrow:
+                yield from batches
+            else:  # the row-by-row path Spark falls back to, kept to measure what Arrow saves
+                yield from (tuple(row.values()) for batch in batches for row in batch.to_pylist())
 
     def _segment(self, key: str) -> bytes:
         return segment_bytes(self.opts, key)

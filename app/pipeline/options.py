@@ -30,7 +30,7 @@ OPTIONS = (
 )  # fmt: skip
 _SERVER = ("url", "token", "include_hot")
 STREAM_ONLY = ("startingoffsets", "maxbytespertrigger", "maxrecordspertrigger", "failondataloss")
-_PACKING = ("max_partition_bytes", "min_partitions")
+_PACKING = ("max_partition_bytes", "min_partitions", "arrow")
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,7 @@ class ReadOptions:
     bounds: Bounds = field(default_factory=Bounds)
     max_partition_bytes: int = 0  # 0: a partition per segment
     min_partitions: int = 1
+    arrow: bool = True  # hand Spark Arrow batches; false: a Python tuple per row (only to compare)
     server: Server | None = None  # where the part not tiered yet is read (include_hot)
     json_schema: StructType | None = None  # the struct of the `value` column, parsed from each JSON message
 
@@ -169,9 +170,15 @@ class ReadOptions:
         bounds = Bounds(offsets=offsets, times=times)
         packing = _count(opts.get("max_partition_bytes"), "max_partition_bytes", 0)
         spread = _count(opts.get("min_partitions"), "min_partitions", 1)
+        arrow = opts.get("arrow", "true").strip().lower()
+        if arrow not in ("true", "false"):
+            raise ValueError(f"option 'arrow' must be true or false, not {arrow!r}")
         server = _server(opts)
         value = parse_ddl(opts["json_schema"]) if opts.get("json_schema") else None
-        return cls(store, bucket, opts.get("stream"), opts.get("prefix"), s3, bounds, packing, spread, server, value)
+        return cls(
+            store, bucket, opts.get("stream"), opts.get("prefix"), s3, bounds, packing, spread,
+            arrow=arrow == "true", server=server, json_schema=value,
+        )  # fmt: skip
 
 
 def _server(opts: Mapping[str, str]) -> Server | None:

@@ -243,6 +243,11 @@ def test_pack_spreads_segments_in_runs_of_about_equal_bytes() -> None:
     assert pack([], 1000, 4) == []
 
 
+def test_the_row_by_row_path_reads_the_same_rows(spark: SparkSession, file_cold: Cold) -> None:
+    options = file_cold.opts(stream="orders")
+    assert rows(load(spark, {**options, "arrow": "false"})) == rows(load(spark, options))
+
+
 def test_missing_data_reads_as_an_empty_frame(spark: SparkSession, cold: Cold) -> None:
     for options in (cold.opts("empty"), cold.opts(stream="nope"), cold.opts(prefix="zzz")):
         assert plan(options) == []
@@ -269,6 +274,7 @@ def test_missing_data_reads_as_an_empty_frame(spark: SparkSession, cold: Cold) -
         ({"store": "file:///tmp", "bucket": "b1", "max_partition_bytes": "1e6"}, "'max_partition_bytes' must be"),
         ({"store": "file:///tmp", "bucket": "b1"}, "option 'url' (a Rill server"),
         ({"store": "file:///tmp", "bucket": "b1", "include_hot": "yes"}, "'include_hot' must be true or false"),
+        ({"store": "file:///tmp", "bucket": "b1", "include_hot": "false", "arrow": "no"}, "'arrow' must be true"),
         ({"store": "file:///tmp", "bucket": "b1", "url": "127.0.0.1:4437"}, "option 'url' must be a Rill server's"),
     ],
 )
