@@ -10,7 +10,6 @@ which small segments (sealed at 8 MiB or after a minute) would otherwise drown i
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -312,7 +311,7 @@ class RillDataSource(sds.DataSource):
 
         if overwrite:
             raise ValueError("streams are append-only: use outputMode('append')")
-        return RillStreamWriter(SinkOptions.parse(self.options, schema), uuid.uuid4().hex[:16])
+        return RillStreamWriter(SinkOptions.parse(self.options, schema))
 
     def streamReader(self, schema: StructType) -> sds.DataSourceStreamReader:  # noqa: N802 (Spark's name)
         from app.pipeline.streaming import stream_reader

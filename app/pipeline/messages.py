@@ -92,13 +92,27 @@ def values(table: pa.Table, kind: pa.StructType) -> pa.Array:
 
 
 def _parse(messages: list[bytes], kind: pa.StructType) -> pa.StructArray:
-    schema = pa.schema(list(kind))
+    # Arrow's JSON reader parses no dates: they are read as text and cast after.
+    as_read = _dates_as_text(kind)
+    assert isinstance(as_read, pa.StructType)
+    schema = pa.schema(list(as_read))
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     # Messages are JSON texts; newlines inside them are whitespace, so one per line needs none of them.
     lines = b"\n".join(m.replace(b"\n", b" ").replace(b"\r", b" ") for m in messages)
-    parsed = pj.read_json(io.BytesIO(lines), parse_options=options)
+    block = max(1 << 20, max(map(len, messages)) + 1)  # a block holds at least the longest message
+    parsed = pj.read_json(io.BytesIO(lines), read_options=pj.ReadOptions(block_size=block), parse_options=options)
     columns = [parsed[name].combine_chunks() for name in schema.names]
-    return pa.StructArray.from_arrays(columns, fields=list(kind))
+    return pa.StructArray.from_arrays(columns, fields=list(as_read)).cast(kind)
+
+
+def _dates_as_text(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_date(kind):
+        return pa.string()
+    if pa.types.is_struct(kind):
+        return pa.struct([field.with_type(_dates_as_text(field.type)) for field in kind])
+    if pa.types.is_list(kind):
+        return pa.list_(_dates_as_text(kind.value_type))
+    return kind
 
 
 def _parse_one(message: bytes, kind: pa.StructType) -> dict[str, object] | None:

@@ -3,7 +3,8 @@
 Each row's `payload` (binary or string) is appended to the stream in its `stream` column, or in
 the option `stream`. Every task appends as an idempotent producer of its own: the producer id
 names the job (or the streaming query) and the task's partition, and the seq counts the rows the
-task has sent to that stream. A retried task reads the same rows in the same order, so it sends
+task has sent to that stream. A retried task reads the same rows in the same order (so the rows
+of a partition must come in a deterministic order), so it sends
 the same (producer, epoch, seq) again and the server answers its repeats as duplicates instead of
 appending them twice. A batch job keeps epoch 0; a streaming query's epoch is its micro-batch id,
 which grows from batch to batch and is the same when a batch is replayed after a restart.
@@ -129,15 +130,17 @@ class RillWriter(sds.DataSourceWriter):
 
 
 class RillStreamWriter(sds.DataSourceStreamWriter):
-    def __init__(self, opts: SinkOptions, query: str) -> None:
+    def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
-        self.query = query
 
     def write(self, iterator: Iterator[sds.Row]) -> Appended:
+        # Without the query's id and the batch's, retries could not be told from new rows: refuse.
         context = TaskContext.get()
         batch = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
-        query = (context.getLocalProperty("sql.streaming.queryId") if context is not None else None) or self.query
-        producer = _Producer(self.opts, f"spark-{query}-{_partition()}", int(batch or 0))
+        query = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
+        if batch is None or query is None:
+            raise ServerError("the rill stream sink runs only inside a streaming query (no query or batch id)")
+        producer = _Producer(self.opts, f"spark-{query}-{_partition()}", int(batch))
         return producer.append_all(_rows(self.opts, iterator))
 
     def commit(self, messages: list[sds.WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

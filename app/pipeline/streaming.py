@@ -124,6 +124,7 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self._target: dict[str, int] | None = None  # Trigger.AvailableNow: the tails when the query started
+        self._turn = 0  # where admission by records starts among the streams with data
 
     def _tails(self) -> dict[str, int]:
         read = self.opts.read
@@ -166,6 +167,9 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         read = self.opts.read
         assert read.server is not None
         pending = [name for name in sorted(end) if end[name] > start.get(name, 0)]
+        if len(pending) > most:  # fewer appends than streams: a different few go first each time
+            self._turn = (self._turn + most) % len(pending)
+            pending = pending[self._turn :] + pending[: self._turn]
         share = max(1, most // max(1, len(pending)))
         out = dict(end)
         for name in pending[: max(1, most)]:

@@ -50,3 +50,17 @@ def test_an_empty_table_and_a_mixed_one_explode_too() -> None:
     out = explode(big)
     assert out.num_rows == 503 and out["ordinal"].to_pylist()[-3:] == [0, 1, 2]
     assert out["payload"].to_pylist()[:2] == [b'{"i":0}', b'{"i":1}']
+
+
+def test_values_read_dates_long_messages_and_ddl_limits() -> None:
+    import pytest
+
+    kind = pa.struct([("day", pa.date32()), ("s", pa.string())])
+    long = b'{"day":"2024-03-01","s":"' + b"x" * (3 << 20) + b'"}'
+    rows = explode(table((JSON, b'{"day":"2024-02-29","s":"a"}'), (JSON, long)))
+    got = values(rows, kind).to_pylist()
+    assert str(got[0]["day"]) == "2024-02-29" and len(got[1]["s"]) == 3 << 20
+    for ddl, message in (("m MAP<STRING, INT>", "MAP is not supported"), ("a INT, a STRING", "named twice"),
+                         ("d DECIMAL(40,2)", "out of range")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            parse_ddl(ddl)
