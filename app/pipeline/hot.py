@@ -132,6 +132,31 @@ def after_records(
     return pos
 
 
+def next_start(
+    server: Server, bucket: str, stream: str, pos: int, in_segments: Callable[[int, int], Iterator[int]]
+) -> int:
+    """Where the first append that starts at or after `pos` starts; the tail if none does."""
+    path = stream_path(bucket, stream) + "/__ds/records"
+    with server.client() as http:
+        while True:
+            response = http.get(path, params={"offset": format_offset(pos), "limit": "1"})
+            if response.status_code == 409 and "stream-tiered-offset" in response.headers:
+                upto = offset_of(response.headers["stream-tiered-offset"])
+                found = next(iter(in_segments(pos, upto)), None)
+                if found is not None:
+                    return found
+                pos = max(upto, pos + 1)
+                continue
+            if response.status_code == 410 and "stream-earliest-offset" in response.headers:
+                return max(pos, offset_of(response.headers["stream-earliest-offset"]))
+            if response.status_code != 200:
+                raise refused(response, f"finding an append of {bucket}/{stream} on {server.url}")
+            table = pa.ipc.open_stream(response.content).read_all()
+            if table.num_rows:
+                return offset_of(table["offset"][0].as_py())
+            return offset_of(response.headers["stream-next-offset"])
+
+
 def records(server: Server, bucket: str, stream: str, lo: int, hi: int, lossless: bool = False) -> Iterator[pa.Table]:
     """The records starting in [lo, hi), as tables of the segments' schema, in offset order.
 

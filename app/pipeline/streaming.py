@@ -1,17 +1,17 @@
 """`spark.readStream.format("rill")`: a Structured Streaming source over the streams of a bucket.
 
 Offsets are per stream, in the protocol's own tokens: `{"orders": "0000000000000000_0000000000004127"}`.
-A micro-batch reads, for each stream, the appends that *start* in [its start offset, its end offset):
-an end may fall inside an append, which then belongs to this batch and not the next, so a batch can
-end at any byte and still every append is read exactly once. `latestOffset` takes each stream's
-tail from the server's listing, so streams created later under the prefix join (from their start).
-`maxBytesPerTrigger` cuts each batch to about that many bytes; `maxRecordsPerTrigger` to that many
-appends (the server counts them, or the segments' offsets where it has evicted them), shared
-evenly between the streams with data.
-Each partition reads its range from the server's records route, and from the object store's
-segments for whatever is tiered and evicted (`app/pipeline/hot.py`), so hot and cold data read alike
-and any node serves it. Partitions are pure functions of their offsets: a batch replayed after a
-restart from the checkpoint reads the same rows.
+A micro-batch reads, for each stream, the appends that *start* in [its start offset, its end offset),
+so every append is read exactly once. Ends are where appends start (or the tail): an end inside an
+append would start the next batch at a position retention may remove along with that append.
+`latestOffset` takes each stream's tail from the server's listing, so streams created later under
+the prefix join (from their start). `maxBytesPerTrigger` cuts each batch to about that many bytes;
+`maxRecordsPerTrigger` to that many appends (the server counts them, or the segments' offsets where
+it has evicted them), shared evenly between the streams with data. Each partition reads its range
+from the server's records route, and from the object store's segments for whatever is tiered and
+evicted (`app/pipeline/hot.py`), so hot and cold data read alike and any node serves it. Partitions
+are pure functions of their offsets: a batch replayed after a restart from the checkpoint reads the
+same rows.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pyspark.sql.types import StructType
 
 from app.domain.offsets import format_offset
 from app.pipeline.datasource import restrict, segments_between, starts_between
-from app.pipeline.hot import after_records, earliest, list_tails, read_range
+from app.pipeline.hot import after_records, earliest, list_tails, next_start, read_range
 from app.pipeline.options import STREAM_ONLY, TOKEN, Bounds, Range, ReadOptions
 from app.tiering.segment import offset_of
 
@@ -157,10 +157,22 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A stream that has gone keeps its offset; one that is new is read from its start.
         end = {**positions, **{name: max(tail, positions.get(name, 0)) for name, tail in tails.items()}}
         if isinstance(limit, ReadMaxBytes):
-            end = admit(positions, end, limit.max_bytes)
+            end = self._at_appends(positions, admit(positions, end, limit.max_bytes), end)
         elif isinstance(limit, ReadMaxRows):
             end = self._admit_records(positions, end, limit.max_rows)
         return _tokens(end)
+
+    def _at_appends(self, start: dict[str, int], cut: dict[str, int], end: dict[str, int]) -> dict[str, int]:
+        """`cut` moved on to where appends start: a batch that ended inside an append would begin the
+        next one at a position retention may remove with that append, which would read as lost."""
+        read = self.opts.read
+        assert read.server is not None
+        out = dict(cut)
+        for name, pos in cut.items():
+            if start.get(name, 0) < pos < end[name]:
+                in_segments = functools.partial(starts_between, read, name)
+                out[name] = min(end[name], next_start(read.server, read.bucket, name, pos, in_segments))
+        return out
 
     def _admit_records(self, start: dict[str, int], end: dict[str, int], most: int) -> dict[str, int]:
         """`end` cut to about `most` appends in all, shared evenly between the streams with any."""

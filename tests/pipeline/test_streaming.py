@@ -105,6 +105,10 @@ def test_available_now_reads_hot_and_cold_data_and_stops(spark: Any, moto_s3: Mo
     got = spark.sql("select offset, payload from available_now order by offset").collect()
     assert [bytes(r["payload"]) for r in got] == records
     assert len(query.recentProgress) > 1  # the byte limit split it into several batches
+    starts = {format_offset(sum(map(len, records[:i]))) for i in range(len(records) + 1)}
+    ends = [p["sources"][0]["endOffset"] for p in query.recentProgress]
+    ends = [json.loads(e)["an-x"] if isinstance(e, str) else e["an-x"] for e in ends]
+    assert set(ends) <= starts  # every batch ends where an append starts
 
 
 def test_max_records_per_trigger_admits_that_many_appends_a_batch_from_cold_and_hot(
