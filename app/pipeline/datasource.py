@@ -10,6 +10,7 @@ which small segments (sealed at 8 MiB or after a minute) would otherwise drown i
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -75,6 +76,7 @@ def pack(segments: list[SegmentPartition], max_bytes: int, min_partitions: int =
 
 
 _STORES: dict[tuple[str, StoreOptions], ObjectStore] = {}
+MANIFEST_WAITS, MANIFEST_WAIT_SECONDS = 20, 0.5
 
 
 def store_for(opts: ReadOptions) -> ObjectStore:
@@ -108,11 +110,11 @@ def plan(options: Mapping[str, str] | ReadOptions, bounds: Bounds | None = None)
 
 def plan_streams(
     options: Mapping[str, str] | ReadOptions, bounds: Bounds | None = None
-) -> tuple[list[SegmentPartition], dict[str, int]]:
-    """`plan`'s segments, and where each stream's tiered part ends (its manifest's last segment)."""
+) -> tuple[list[SegmentPartition], dict[str, tuple[int, int]]]:
+    """`plan`'s segments, and where each stream's own segments start and end (by its manifest)."""
     opts = options if isinstance(options, ReadOptions) else ReadOptions.parse(options)
     b = bounds or opts.bounds
-    ends: dict[str, int] = {}
+    ends: dict[str, tuple[int, int]] = {}
     if b.nothing:
         return [], ends
     store = store_for(opts)
@@ -129,7 +131,8 @@ def plan_streams(
             continue
         base = key[: -len("manifest.json")]
         if manifest.segments:
-            ends[name] = offset_of(manifest.segments[-1].next_offset)
+            head, last = manifest.segments[0], manifest.segments[-1]
+            ends[name] = (offset_of(head.first_offset), offset_of(last.next_offset))
         for seg in manifest.segments:
             in_offsets = b.offsets.overlaps(seg.first_offset, seg.next_offset, most_open=True)
             if in_offsets and b.times.overlaps(seg.min_append_time * 1000, seg.max_append_time * 1000):
@@ -196,15 +199,26 @@ def segment_bytes(opts: ReadOptions, key: str) -> bytes:
 def segments_between(opts: ReadOptions, stream: str, lo: int, hi: int) -> Iterator[pa.Table]:
     """The records of `stream` starting in [lo, hi), from its segments in the store."""
     only = Bounds(offsets=Range(format_offset(lo), False, format_offset(hi), True))
-    for seg in plan(replace(opts, stream=stream, prefix=None), only):
+    for seg in _covering(opts, stream, hi, only):
         for table in segment_tables(segment_bytes(opts, seg.key), only):
             yield table.filter(only.offsets.mask(table["offset"], pa.string()))
+
+
+def _covering(opts: ReadOptions, stream: str, hi: int, only: Bounds) -> list[SegmentPartition]:
+    """The segments within `only`, once the manifest reaches `hi`: the server evicts records after
+    tiering them, and the manifest that lists their segments may be published a moment later."""
+    for _ in range(MANIFEST_WAITS):
+        segments, spans = plan_streams(replace(opts, stream=stream, prefix=None), only)
+        if spans.get(stream, (0, 0))[1] >= hi:
+            return segments
+        time.sleep(MANIFEST_WAIT_SECONDS)
+    raise FileNotFoundError(f"the manifest of {opts.bucket}/{stream} does not reach {format_offset(hi)} yet")
 
 
 def starts_between(opts: ReadOptions, stream: str, lo: int, hi: int) -> Iterator[int]:
     """Where the appends of `stream` that start in [lo, hi) start, from the offsets in its segments."""
     only = Bounds(offsets=Range(format_offset(lo), False, format_offset(hi), True))
-    for seg in plan(replace(opts, stream=stream, prefix=None), only):
+    for seg in _covering(opts, stream, hi, only):
         offsets = pq.read_table(pa.BufferReader(segment_bytes(opts, seg.key)), columns=["offset"])["offset"]
         mask = only.offsets.mask(offsets, pa.string())
         yield from (offset_of(token) for token in (offsets if mask is None else offsets.filter(mask)).to_pylist())
@@ -236,15 +250,17 @@ class RillReader(sds.DataSourceReader):
         # The tails first: a segment tiered after the listing then shows up in the manifests too,
         # and its records are read from it rather than skipped.
         tails = {} if opts.server is None else list_tails(opts.server, opts.bucket, opts.stream, opts.prefix)
-        segments, ends = plan_streams(opts, self.bounds)
+        segments, spans = plan_streams(opts, self.bounds)
         out: list[sds.InputPartition] = list(pack(segments, opts.max_partition_bytes, opts.min_partitions))
         for name, tail in sorted(tails.items()):
-            lo = ends.get(name, 0)
-            wanted = self.bounds.streams is None or name in self.bounds.streams
-            span = (format_offset(lo), format_offset(tail))
-            overlaps = lo < tail and self.bounds.offsets.overlaps(*span, most_open=True)
-            if wanted and overlaps and not self.bounds.nothing:
-                out.append(HotPartition(name, lo, tail))
+            if self.bounds.nothing or (self.bounds.streams is not None and name not in self.bounds.streams):
+                continue
+            first, end = spans.get(name, (0, 0))
+            # What the stream's own segments do not hold: before them (a fork's inherited records,
+            # or what retention removed) and after them (not tiered yet).
+            for lo, hi in ((0, first), (end, tail)):
+                if lo < hi and self.bounds.offsets.overlaps(format_offset(lo), format_offset(hi), most_open=True):
+                    out.append(HotPartition(name, lo, hi))
         return out
 
     def read(self, partition: sds.InputPartition) -> Iterator[pa.RecordBatch | tuple[Any, ...]]:
@@ -267,7 +283,7 @@ class RillReader(sds.DataSourceReader):
         assert self.opts.server is not None
         # Records appended after planning belong to the next read.
         bounds = replace(self.bounds, offsets=self.bounds.offsets.below(format_offset(part.hi), True))
-        from_segments = functools.partial(segments_between, self.opts, part.stream)
+        from_segments = functools.partial(segments_between, self.opts)
         hot = read_range(self.opts.server, self.opts.bucket, part.stream, part.lo, part.hi, from_segments)
         for table in hot:
             yield from restrict(table, bounds, self.arrow_schema)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 import pyarrow as pa
@@ -93,14 +93,20 @@ def earliest(server: Server, bucket: str, names: list[str]) -> dict[str, int]:
 
 @dataclass
 class Tiered(Exception):
-    """The records from `pos` up to `upto` were evicted to the object store after planning."""
+    """The records from `pos` up to `upto` were evicted to the object store after planning; they
+    are in the segments of `holder` (the stream itself, or for a fork's inherited part its source)."""
 
     pos: int
     upto: int
+    holder: str
+
+
+def _holder(response: httpx.Response, stream: str) -> str:
+    return unquote(response.headers.get("stream-tiered-stream", "")) or stream
 
 
 def after_records(
-    server: Server, bucket: str, stream: str, lo: int, count: int, in_segments: Callable[[int, int], Iterator[int]]
+    server: Server, bucket: str, stream: str, lo: int, count: int, in_segments: Callable[[str, int, int], Iterator[int]]
 ) -> int:
     """The position after the first `count` appends that start at or after `lo` (the tail if there
     are fewer): from the server's records route, and from `in_segments(lo, hi)` (the start
@@ -112,7 +118,7 @@ def after_records(
             response = http.get(path, params={"offset": format_offset(pos), "limit": str(min(left, 100_000))})
             if response.status_code == 409 and "stream-tiered-offset" in response.headers:
                 upto = offset_of(response.headers["stream-tiered-offset"])
-                starts = [s for s in in_segments(pos, upto)]
+                starts = list(in_segments(_holder(response, stream), pos, upto))
                 if len(starts) > left:
                     return starts[left]
                 left -= len(starts)
@@ -133,7 +139,7 @@ def after_records(
 
 
 def next_start(
-    server: Server, bucket: str, stream: str, pos: int, in_segments: Callable[[int, int], Iterator[int]]
+    server: Server, bucket: str, stream: str, pos: int, in_segments: Callable[[str, int, int], Iterator[int]]
 ) -> int:
     """Where the first append that starts at or after `pos` starts; the tail if none does."""
     path = stream_path(bucket, stream) + "/__ds/records"
@@ -142,7 +148,7 @@ def next_start(
             response = http.get(path, params={"offset": format_offset(pos), "limit": "1"})
             if response.status_code == 409 and "stream-tiered-offset" in response.headers:
                 upto = offset_of(response.headers["stream-tiered-offset"])
-                found = next(iter(in_segments(pos, upto)), None)
+                found = next(iter(in_segments(_holder(response, stream), pos, upto)), None)
                 if found is not None:
                     return found
                 pos = max(upto, pos + 1)
@@ -169,7 +175,7 @@ def records(server: Server, bucket: str, stream: str, lo: int, hi: int, lossless
         while pos < hi:
             response = http.get(path, params={"offset": format_offset(pos)})
             if response.status_code == 409 and "stream-tiered-offset" in response.headers:
-                raise Tiered(pos, offset_of(response.headers["stream-tiered-offset"]))
+                raise Tiered(pos, offset_of(response.headers["stream-tiered-offset"]), _holder(response, stream))
             if response.status_code == 410 and "stream-earliest-offset" in response.headers:
                 earliest = offset_of(response.headers["stream-earliest-offset"])
                 if lossless:
@@ -196,11 +202,11 @@ def read_range(
     stream: str,
     lo: int,
     hi: int,
-    from_segments: Callable[[int, int], Iterator[pa.Table]],
+    from_segments: Callable[[str, int, int], Iterator[pa.Table]],
     lossless: bool = False,
 ) -> Iterator[pa.Table]:
-    """Records starting in [lo, hi): from the server, and from `from_segments(lo, hi)` for those it
-    has evicted to the object store since planning."""
+    """Records starting in [lo, hi): from the server, and from `from_segments(holder, lo, hi)` for
+    those it has evicted to the object store (a fork's inherited ones are its source's, renamed)."""
     pos = lo
     while pos < hi:
         try:
@@ -213,5 +219,9 @@ def read_range(
             if upto <= moved.pos:
                 where = format_offset(moved.pos)
                 raise ServerError(f"{bucket}/{stream}: no records at {where} on the server or tiered") from None
-            yield from from_segments(moved.pos, upto)
+            for table in from_segments(moved.holder, moved.pos, upto):
+                if moved.holder != stream:
+                    column = table.schema.get_field_index("stream")
+                    table = table.set_column(column, "stream", pa.array([stream] * table.num_rows, pa.string()))
+                yield table
             pos = upto

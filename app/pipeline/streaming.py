@@ -170,7 +170,7 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = dict(cut)
         for name, pos in cut.items():
             if start.get(name, 0) < pos < end[name]:
-                in_segments = functools.partial(starts_between, read, name)
+                in_segments = functools.partial(starts_between, read)
                 out[name] = min(end[name], next_start(read.server, read.bucket, name, pos, in_segments))
         return out
 
@@ -186,7 +186,7 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = dict(end)
         for name in pending[: max(1, most)]:
             lo = start.get(name, 0)
-            in_segments = functools.partial(starts_between, read, name)
+            in_segments = functools.partial(starts_between, read)
             out[name] = min(end[name], after_records(read.server, read.bucket, name, lo, share, in_segments))
         for name in pending[max(1, most) :]:  # more streams than appends allowed: these wait
             out[name] = start.get(name, 0)
@@ -207,7 +207,7 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert read.server is not None
         lo, hi = format_offset(partition.lo), format_offset(partition.hi)
         bounds = replace(Bounds(), offsets=Range(lo, False, hi, True))
-        from_segments = functools.partial(segments_between, read, partition.stream)
+        from_segments = functools.partial(segments_between, read)
         lossless = self.opts.fail_on_data_loss and not partition.new
         name = partition.stream
         for table in read_range(read.server, read.bucket, name, partition.lo, partition.hi, from_segments, lossless):

@@ -5,11 +5,13 @@ append as it was made (where it starts and ends, when it was appended, by which 
 Spark's reader of the part not tiered yet, read this instead. Its rows have the schema of the cold
 tier's segments, so a reader treats both tiers alike. Rows are the appends that start at or after
 `offset`. It serves what this node holds locally: records already evicted to the object store
-answer 409 with `Stream-Tiered-Offset`, the position local records start at, and are read from
-their segments.
+answer 409 with `Stream-Tiered-Offset`, where that evicted run ends, and are read from their
+segments: the stream's own, or for what a fork inherited, its source's (`Stream-Tiered-Stream`).
 """
 
 from __future__ import annotations
+
+from urllib.parse import quote
 
 from app.domain.errors import ProtocolError, bad_request
 from app.domain.offsets import format_offset
@@ -39,10 +41,12 @@ async def get_records(engine: Engine, call: Call, target: StreamTarget) -> Reply
         raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}", "invalid_limit")
     found = engine.machine.local_records(meta, pos, engine.limits.read_chunk_bytes, most)
     if found is None:
-        raise ProtocolError(
-            409, "records_tiered", "these records are only in the object store now: read them from its segments",
-            {"stream-tiered-offset": format_offset(meta.evicted)},
-        )  # fmt: skip
+        holder, upto = engine.machine.evicted_span(meta, pos)
+        headers = {"stream-tiered-offset": format_offset(upto)}
+        if holder is not meta:  # a fork's inherited records: in its source's segments
+            headers["stream-tiered-stream"] = quote(holder.name, safe="/")
+        message = "these records are only in the object store now: read them from its segments"
+        raise ProtocolError(409, "records_tiered", message, headers)
     stored, next_pos = found
     rows = [Record(p, r.record_time(v), r.record_payload(v), r.record_producer(v)) for p, v in stored]
     headers = {"content-type": MEDIA_TYPE, "stream-next-offset": format_offset(next_pos), "cache-control": NO_STORE}

@@ -206,6 +206,9 @@ class StateMachine:
     ) -> Chunk:
         return reader.read(self.table, meta, pos, max_bytes, cold, whole)
 
+    def evicted_span(self, meta: r.StreamMeta, pos: int) -> tuple[r.StreamMeta, int]:
+        return reader.evicted_span(self.table, meta, pos)
+
     def local_records(
         self, meta: r.StreamMeta, pos: int, max_bytes: int, max_records: int = 0
     ) -> tuple[list[tuple[int, bytes]], int] | None:

@@ -199,6 +199,16 @@ def local_records(
     return out, max(next_pos, meta.tail)
 
 
+def evicted_span(table: StreamTable, meta: r.StreamMeta, pos: int) -> tuple[r.StreamMeta, int]:
+    """The stream whose segments hold the first evicted records of `meta` from `pos` (a fork's source
+    for what it inherited), and where that evicted run ends in `meta`'s positions."""
+    for sid, lo, hi in _ranges(table, meta, pos, meta.tail):
+        holder = table.streams[sid]
+        if lo < holder.evicted:
+            return holder, min(hi, holder.evicted)
+    return meta, meta.evicted
+
+
 def _ranges(table: StreamTable, meta: r.StreamMeta, start: int, end: int) -> list[tuple[int, int, int]]:
     """(sid, lo, hi) pieces that make up positions [start, end) of `meta`."""
     out: list[tuple[int, int, int]] = []

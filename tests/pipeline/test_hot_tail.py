@@ -108,7 +108,8 @@ def test_the_records_route_serves_local_records_and_sends_evicted_ones_to_the_se
     # A reader planned before the eviction: what moved is asked of the segments, the rest of the server.
     asked: list[tuple[int, int]] = []
 
-    def from_segments(lo: int, hi: int) -> Iterator[pa.Table]:
+    def from_segments(holder: str, lo: int, hi: int) -> Iterator[pa.Table]:
+        assert holder == "routed"
         asked.append((lo, hi))
         return iter(())
 
@@ -180,3 +181,25 @@ def test_the_token_option_reads_a_server_with_access_control(spark: Any, tmp_pat
             spark.read.format("rill").options(**options).load().count()
     finally:
         server.stop()
+
+
+def test_a_fork_reads_what_it_inherited_from_its_sources_segments(
+    spark: Any, moto_s3: MotoS3, node: RillProcess
+) -> None:
+    source = payloads(70, start=3000)
+    make_stream(node, "fk-src", source)
+    boundary = wait_for_tiering(moto_s3, "fk-src", 4096)  # evicted at once: only its segments have them
+    starts = [sum(map(len, source[:i])) for i in range(len(source))]
+    cut = next(i for i, s in enumerate(starts) if s > boundary // 2)
+    fork = f"{node.url}/ds/{BUCKET}/fk-fork"
+    headers = {**OCTET, "stream-forked-from": f"/ds/{BUCKET}/fk-src", "stream-fork-offset": format_offset(starts[cut])}
+    assert httpx.put(fork, headers=headers).status_code == 201
+    own = payloads(5, start=4000)
+    with httpx.Client() as http:
+        for payload in own:
+            assert http.post(fork, content=payload, headers=OCTET).status_code in (200, 204)
+    df = spark.read.format("rill").options(**spark_options(moto_s3, node, stream="fk-fork")).load()
+    rows = df.orderBy("offset").collect()
+    assert [bytes(r["payload"]) for r in rows] == source[:cut] + own
+    assert {r["stream"] for r in rows} == {"fk-fork"}
+    assert b"".join(bytes(r["payload"]) for r in rows) == read_http(fork)
