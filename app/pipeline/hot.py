@@ -105,36 +105,55 @@ def _holder(response: httpx.Response, stream: str) -> str:
     return unquote(response.headers.get("stream-tiered-stream", "")) or stream
 
 
+@dataclass
+class _Page:
+    """One answer of the records route: rows (200), an evicted run (409) or retention's start (410)."""
+
+    table: pa.Table | None = None
+    next_pos: int = 0
+    up_to_date: bool = False
+    tiered: Tiered | None = None
+    earliest: int | None = None
+
+
+def _page(server: Server, http: httpx.Client, bucket: str, stream: str, pos: int, limit: int = 0) -> _Page:
+    params = {"offset": format_offset(pos), **({"limit": str(limit)} if limit else {})}
+    response = http.get(stream_path(bucket, stream) + "/__ds/records", params=params)
+    headers = response.headers
+    if response.status_code == 409 and "stream-tiered-offset" in headers:
+        return _Page(tiered=Tiered(pos, offset_of(headers["stream-tiered-offset"]), _holder(response, stream)))
+    if response.status_code == 410 and "stream-earliest-offset" in headers:
+        return _Page(earliest=offset_of(headers["stream-earliest-offset"]))
+    if response.status_code != 200:
+        raise refused(response, f"reading {bucket}/{stream} at {format_offset(pos)} from {server.url}")
+    table = pa.ipc.open_stream(response.content).read_all()
+    return _Page(table, offset_of(headers["stream-next-offset"]), "stream-up-to-date" in headers)
+
+
 def after_records(
     server: Server, bucket: str, stream: str, lo: int, count: int, in_segments: Callable[[str, int, int], Iterator[int]]
 ) -> int:
     """The position after the first `count` appends that start at or after `lo` (the tail if there
-    are fewer): from the server's records route, and from `in_segments(lo, hi)` (the start
+    are fewer): from the server's records route, and from `in_segments(holder, lo, hi)` (the start
     positions of the appends in [lo, hi) from the segments) where the server evicted them."""
     pos, left = lo, count
-    path = stream_path(bucket, stream) + "/__ds/records"
     with server.client() as http:
         while left > 0:
-            response = http.get(path, params={"offset": format_offset(pos), "limit": str(min(left, 100_000))})
-            if response.status_code == 409 and "stream-tiered-offset" in response.headers:
-                upto = offset_of(response.headers["stream-tiered-offset"])
-                starts = list(in_segments(_holder(response, stream), pos, upto))
+            page = _page(server, http, bucket, stream, pos, min(left, 100_000))
+            if page.tiered is not None:
+                starts = list(in_segments(page.tiered.holder, pos, page.tiered.upto))
                 if len(starts) > left:
                     return starts[left]
                 left -= len(starts)
-                pos = max(upto, pos + 1)
-                continue
-            if response.status_code == 410 and "stream-earliest-offset" in response.headers:
-                pos = max(pos + 1, offset_of(response.headers["stream-earliest-offset"]))
-                continue
-            if response.status_code != 200:
-                raise refused(response, f"counting records of {bucket}/{stream} on {server.url}")
-            rows = pa.ipc.open_stream(response.content).read_all().num_rows
-            next_pos = offset_of(response.headers["stream-next-offset"])
-            left -= rows
-            if not rows or next_pos <= pos or "stream-up-to-date" in response.headers:
-                return next_pos
-            pos = next_pos
+                pos = max(page.tiered.upto, pos + 1)
+            elif page.earliest is not None:
+                pos = max(pos + 1, page.earliest)
+            else:
+                assert page.table is not None
+                left -= page.table.num_rows
+                if not page.table.num_rows or page.next_pos <= pos or page.up_to_date:
+                    return page.next_pos
+                pos = page.next_pos
     return pos
 
 
@@ -142,25 +161,19 @@ def next_start(
     server: Server, bucket: str, stream: str, pos: int, in_segments: Callable[[str, int, int], Iterator[int]]
 ) -> int:
     """Where the first append that starts at or after `pos` starts; the tail if none does."""
-    path = stream_path(bucket, stream) + "/__ds/records"
     with server.client() as http:
         while True:
-            response = http.get(path, params={"offset": format_offset(pos), "limit": "1"})
-            if response.status_code == 409 and "stream-tiered-offset" in response.headers:
-                upto = offset_of(response.headers["stream-tiered-offset"])
-                found = next(iter(in_segments(_holder(response, stream), pos, upto)), None)
+            page = _page(server, http, bucket, stream, pos, 1)
+            if page.tiered is not None:
+                found = next(iter(in_segments(page.tiered.holder, pos, page.tiered.upto)), None)
                 if found is not None:
                     return found
-                pos = max(upto, pos + 1)
-                continue
-            if response.status_code == 410 and "stream-earliest-offset" in response.headers:
-                return max(pos, offset_of(response.headers["stream-earliest-offset"]))
-            if response.status_code != 200:
-                raise refused(response, f"finding an append of {bucket}/{stream} on {server.url}")
-            table = pa.ipc.open_stream(response.content).read_all()
-            if table.num_rows:
-                return offset_of(table["offset"][0].as_py())
-            return offset_of(response.headers["stream-next-offset"])
+                pos = max(page.tiered.upto, pos + 1)
+            elif page.earliest is not None:
+                return max(pos, page.earliest)
+            else:
+                assert page.table is not None
+                return offset_of(page.table["offset"][0].as_py()) if page.table.num_rows else page.next_pos
 
 
 def records(server: Server, bucket: str, stream: str, lo: int, hi: int, lossless: bool = False) -> Iterator[pa.Table]:
@@ -170,30 +183,25 @@ def records(server: Server, bucket: str, stream: str, lo: int, hi: int, lossless
     those from segments and calls again from `upto`). Records retention removed are skipped, or
     with `lossless` raise DataLoss."""
     pos = lo
-    path = stream_path(bucket, stream) + "/__ds/records"
     with server.client() as http:
         while pos < hi:
-            response = http.get(path, params={"offset": format_offset(pos)})
-            if response.status_code == 409 and "stream-tiered-offset" in response.headers:
-                raise Tiered(pos, offset_of(response.headers["stream-tiered-offset"]), _holder(response, stream))
-            if response.status_code == 410 and "stream-earliest-offset" in response.headers:
-                earliest = offset_of(response.headers["stream-earliest-offset"])
+            page = _page(server, http, bucket, stream, pos)
+            if page.tiered is not None:
+                raise page.tiered
+            if page.earliest is not None:
                 if lossless:
                     raise DataLoss(
-                        f"{bucket}/{stream}: records from {format_offset(pos)} to {format_offset(earliest)} were "
-                        "removed by retention before they were read (failOnDataLoss=false skips them)"
+                        f"{bucket}/{stream}: records from {format_offset(pos)} to {format_offset(page.earliest)} "
+                        "were removed by retention before they were read (failOnDataLoss=false skips them)"
                     )
-                pos = max(pos, earliest)
+                pos = max(pos, page.earliest)
                 continue
-            if response.status_code != 200:
-                raise refused(response, f"reading {bucket}/{stream} at {format_offset(pos)} from {server.url}")
-            table = pa.ipc.open_stream(response.content).read_all()
-            if table.num_rows:
-                yield table
-            next_pos = offset_of(response.headers["stream-next-offset"])
-            if next_pos <= pos:
+            assert page.table is not None
+            if page.table.num_rows:
+                yield page.table
+            if page.next_pos <= pos:
                 break  # at the tail: nothing more was appended since planning (a deleted stream's last read)
-            pos = next_pos
+            pos = page.next_pos
 
 
 def read_range(
