@@ -3,11 +3,11 @@
 Each row's `payload` (binary or string) is appended to the stream in its `stream` column, or in
 the option `stream`. Every task appends as an idempotent producer of its own: the producer id
 names the job (or the streaming query) and the task's partition, and the seq counts the rows the
-task has sent to that stream. A retried task reads the same rows in the same order (so the rows
-of a partition must come in a deterministic order), so it sends
-the same (producer, epoch, seq) again and the server answers its repeats as duplicates instead of
-appending them twice. A batch job keeps epoch 0; a streaming query's epoch is its micro-batch id,
-which grows from batch to batch and is the same when a batch is replayed after a restart.
+task has sent to that stream. A retried task reads the same rows in the same order (so a
+partition's rows must come in a deterministic order) and sends the same (producer, epoch, seq)
+again: the server answers its repeats as duplicates instead of appending them twice. A batch job
+keeps epoch 0; a streaming query's epoch is its micro-batch id, which grows from batch to batch
+and is the same when a batch is replayed after a restart.
 
 JSON streams take each payload as one message (an array payload stays one message).
 """
