@@ -1,8 +1,14 @@
-"""Buckets of the /ds family: create, describe with a paged stream listing, delete when empty."""
+"""Buckets of the /ds family: create, describe with a paged stream listing, delete when empty, and
+the paged listing of buckets itself (`GET /ds`).
+
+The route families' built-in buckets (`compat.v1`, `legacy.streams`) are listed and described here
+too, read-only: their streams are made through their own families.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import msgspec
 from starlette.types import Send
@@ -16,9 +22,11 @@ from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.retention import parse_retention
 from app.state_machine.commands import Code, CreateBucket, DeleteBucket
+from app.state_machine.table import BUILTIN_BUCKETS
 
 BUCKET_ID = re.compile(r"[a-z0-9_-]{4,64}")
 ALLOWED = "GET, HEAD, PUT, DELETE, OPTIONS"
+READ_ONLY = "GET, HEAD, OPTIONS"
 _json = msgspec.json.Encoder()
 
 
@@ -31,8 +39,44 @@ async def serve_bucket(engine: Engine, call: Call, bucket: str, send: Send) -> N
     await answer(call, send, _dispatch(engine, call, bucket))
 
 
+async def serve_bucket_list(engine: Engine, call: Call, visible: Callable[[str], bool], send: Send) -> None:
+    """`GET /ds`: the buckets `visible` admits (all of them with auth off), in name order, paged."""
+    await answer(call, send, _list(engine, call, visible))
+
+
+async def _list(engine: Engine, call: Call, visible: Callable[[str], bool]) -> Reply:
+    if call.method == "OPTIONS":
+        return Reply(204, {"allow": READ_ONLY})
+    if call.method not in ("GET", "HEAD"):
+        return error_reply(405, "method_not_allowed", "the bucket listing is read-only", {"allow": READ_ONLY})
+    prefix, after, limit = _page(call)
+    await engine.read_barrier()
+    created = engine.machine.buckets
+    names = sorted(n for n in created if n.startswith(prefix) and n > after and visible(n))
+    page = names[:limit]
+    body = {
+        "buckets": [{"name": n, "created_at": _created(created[n]), "builtin": n in BUILTIN_BUCKETS} for n in page],
+        "has_more": len(names) > limit,
+        "next": page[-1] if len(names) > limit else None,
+    }
+    return Reply(200, {"content-type": "application/json", "cache-control": NO_STORE}, _json.encode(body))
+
+
+def _page(call: Call) -> tuple[str, str, int]:
+    """`prefix`, `after` and `limit` (1 to 1000, default 100) of a paged listing."""
+    params = call.query
+    limit = parse_uint(single_query(params, "limit") or "100")
+    if limit is None or not 1 <= limit <= 1000:
+        raise bad_request("limit must be an integer from 1 to 1000", "invalid_limit")
+    return single_query(params, "prefix") or "", single_query(params, "after") or "", limit
+
+
 async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
-    validate_bucket(bucket)
+    if bucket not in BUILTIN_BUCKETS:
+        validate_bucket(bucket)
+    elif call.method in ("PUT", "DELETE"):
+        message = f"{bucket} is a route family's built-in bucket: it is neither created nor deleted"
+        return error_reply(405, "method_not_allowed", message, {"allow": READ_ONLY})
     if call.method == "PUT":
         age, size = parse_retention(call.headers.get("stream-retention"))
         outcome = await engine.submit(CreateBucket(bucket, age, size))
@@ -47,7 +91,7 @@ async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
         raise_for(outcome)
         return Reply(204)
     if call.method == "OPTIONS":
-        return Reply(204, {"allow": ALLOWED})
+        return Reply(204, {"allow": READ_ONLY if bucket in BUILTIN_BUCKETS else ALLOWED})
     return error_reply(405, "method_not_allowed", f"{call.method} is not supported on a bucket", {"allow": ALLOWED})
 
 
@@ -55,12 +99,7 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
     created = engine.machine.buckets.get(bucket)
     if created is None:
         raise missing_bucket(bucket)
-    params = call.query
-    prefix = single_query(params, "prefix") or ""
-    after = single_query(params, "after") or ""
-    limit = parse_uint(single_query(params, "limit") or "100")
-    if limit is None or not 1 <= limit <= 1000:
-        raise bad_request("limit must be an integer from 1 to 1000", "invalid_limit")
+    prefix, after, limit = _page(call)
     now = engine.now_ms()
     streams: list[dict[str, object]] = []
     has_more = False
@@ -81,9 +120,13 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
         )
     body = {
         "bucket": bucket,
-        "created_at": format_expires_at(created),
+        "created_at": _created(created),
         "streams": streams,
         "has_more": has_more,
         "next": streams[-1]["name"] if has_more else None,
     }
     return Reply(200, {"content-type": "application/json", "cache-control": NO_STORE}, _json.encode(body))
+
+
+def _created(at: int) -> str | None:
+    return format_expires_at(at) if at else None  # built-in buckets have no creation time

@@ -16,7 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
 from app.node import Engine
-from app.protocol.buckets import serve_bucket
+from app.protocol.buckets import serve_bucket, serve_bucket_list
 from app.protocol.errors import error_reply, render_error
 from app.protocol.extensions import Extension, serve_extension
 from app.protocol.http import Call, send_reply, with_security_headers
@@ -24,8 +24,9 @@ from app.protocol.streams import serve_stream
 from app.protocol.target import StreamTarget, decode_path
 from app.routes import compat, ds, legacy
 from app.routes.forward import Forwarder, leader_redirect
-from app.security.authenticator import Authenticator
+from app.security.authenticator import Authenticator, unauthorized
 from app.security.policy import action_for, authorize
+from app.security.scopes import Action
 from app.state_machine.table import BUILTIN_BUCKETS
 
 log = logging.getLogger("rill.http")
@@ -36,6 +37,7 @@ _WRITES = ("PUT", "POST", "DELETE")
 
 _BUILTIN = (compat.family, legacy.family)
 _PREFIXES = (ds.PREFIX, compat.family.prefix, legacy.family.prefix)
+_BUCKET_LIST = ("/ds", "/ds/")
 
 
 class StreamRoutes:
@@ -59,7 +61,7 @@ class StreamRoutes:
         if scope["type"] != "http":
             await self.fallback(scope, receive, send)
             return
-        if not scope["path"].startswith(_PREFIXES):
+        if not scope["path"].startswith(_PREFIXES) and scope["path"] != "/ds":
             await self.fallback(scope, receive, with_security_headers(send))
             return
         call = Call.from_scope(scope, receive)
@@ -79,6 +81,9 @@ class StreamRoutes:
         scope = call.scope
         engine = self.engine
         head_only = call.method == "HEAD"
+        if scope["path"] in _BUCKET_LIST:
+            await self._list_buckets(call, send)
+            return
         try:
             target = _target(scope)
             if self.auth.enabled:
@@ -104,6 +109,23 @@ class StreamRoutes:
                 await serve_stream(engine, call, target, send)
         except LeaderOnly:
             await send_reply(send, leader_redirect(engine.leader_url(), scope), head_only=head_only)
+
+    async def _list_buckets(self, call: Call, send: Send) -> None:
+        """`GET /ds`: with auth on, the buckets the caller may read (a public one needs no token)."""
+        try:
+            principal = await self.auth.principal(call.headers) if self.auth.enabled else None
+            if self.auth.enabled and principal is None and not self.auth.public_read:
+                raise unauthorized("this needs a bearer token")
+        except ProtocolError as exc:
+            await send_reply(send, render_error(exc), head_only=call.method == "HEAD")
+            return
+
+        def visible(bucket: str) -> bool:
+            if not self.auth.enabled or bucket in self.auth.public_read:
+                return True
+            return principal is not None and principal.may(Action.READ, bucket)
+
+        await serve_bucket_list(self.engine, call, visible, send)
 
     async def _authorize(self, call: Call, target: StreamTarget | Extension | str) -> None:
         """The one access check of every stream, bucket and sub-resource request."""

@@ -62,6 +62,10 @@ INVALID_BUCKETS = [
     pytest.param("ab.cd", id="dot"),
     pytest.param("ab%20cd", id="space"),
     pytest.param("abc%00d", id="nul"),
+]
+# The built-in buckets are listed on /ds (read-only), but their streams live in their own families.
+NOT_DS_BUCKETS = [
+    *INVALID_BUCKETS,
     pytest.param("compat.v1", id="builtin-compat"),
     pytest.param("legacy.streams", id="builtin-legacy"),
 ]
@@ -80,7 +84,7 @@ def test_invalid_bucket_head_is_400(client: httpx.Client, bucket_id: str) -> Non
     assert resp.content == b""
 
 
-@pytest.mark.parametrize("bucket_id", INVALID_BUCKETS)
+@pytest.mark.parametrize("bucket_id", NOT_DS_BUCKETS)
 @pytest.mark.parametrize("method", ["PUT", "POST", "GET", "DELETE"])
 def test_stream_in_invalid_bucket_is_400(client: httpx.Client, method: str, bucket_id: str) -> None:
     resp = client.request(method, f"/ds/{bucket_id}/s-1", headers=TEXT, content=b"x" if method == "POST" else b"")
@@ -302,7 +306,7 @@ def test_unknown_method_on_bucket_is_405(client: httpx.Client, bucket: str) -> N
 
 
 def test_unknown_route_is_404_json(client: httpx.Client) -> None:
-    assert_error(client.get("/ds"), 404)
+    assert_error(client.get("/dsx"), 404)
     assert_error(client.get("/no/such/route"), 404)
 
 
@@ -314,3 +318,56 @@ def test_buckets_isolate_streams(client: httpx.Client, bucket: str) -> None:
     assert client.get(f"/ds/{bucket}/same").content == b"one"
     assert client.get(f"/ds/{other}/same").content == b"two"
     assert _names(client.get(f"/ds/{other}")) == ["same"]
+
+
+# ------------------------------------------------------------------------------------------------
+# GET /ds: the bucket listing, and the built-in buckets' stream listings
+
+
+def test_the_bucket_listing_pages_by_name(client: httpx.Client) -> None:
+    prefix = "lst-" + uuid.uuid4().hex[:8]
+    names = [f"{prefix}-{i}" for i in range(5)]
+    for name in reversed(names):
+        assert client.put(f"/ds/{name}").status_code == 201
+    first = client.get("/ds", params={"prefix": prefix, "limit": 2})
+    assert first.status_code == 200 and first.headers["cache-control"] == "no-store"
+    body = first.json()
+    assert [b["name"] for b in body["buckets"]] == names[:2]
+    assert body["has_more"] is True and body["next"] == names[1]
+    assert all(ISO_MS.match(b["created_at"]) and b["builtin"] is False for b in body["buckets"])
+    rest = client.get("/ds/", params={"prefix": prefix, "after": body["next"], "limit": 1000}).json()
+    assert [b["name"] for b in rest["buckets"]] == names[2:]
+    assert rest["has_more"] is False and rest["next"] is None
+    client.delete(f"/ds/{names[0]}")
+    assert [b["name"] for b in client.get("/ds", params={"prefix": prefix}).json()["buckets"]] == names[1:]
+
+
+def test_the_bucket_listing_shows_the_builtin_buckets(client: httpx.Client) -> None:
+    listed = {b["name"]: b for b in client.get("/ds", params={"limit": 1000}).json()["buckets"]}
+    assert listed["compat.v1"] == {"name": "compat.v1", "created_at": None, "builtin": True}
+    assert listed["legacy.streams"]["builtin"] is True
+
+
+@pytest.mark.parametrize("query", [{"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"limit": ["1", "2"]}])
+def test_the_bucket_listing_refuses_a_bad_limit(client: httpx.Client, query: dict[str, object]) -> None:
+    assert assert_error(client.get("/ds", params=query), 400)["code"] == "invalid_limit"
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_the_bucket_listing_is_read_only(client: httpx.Client, method: str) -> None:
+    resp = client.request(method, "/ds")
+    assert assert_error(resp, 405)["code"] == "method_not_allowed"
+    assert resp.headers["allow"] == "GET, HEAD, OPTIONS"
+
+
+@pytest.mark.parametrize(("bucket", "family"), [("compat.v1", "/v1/stream/"), ("legacy.streams", "/streams/")])
+def test_a_builtin_bucket_lists_its_familys_streams(client: httpx.Client, bucket: str, family: str) -> None:
+    name = "lst/" + uuid.uuid4().hex[:8]
+    assert client.put(family + name, headers={"content-type": "text/plain"}).status_code == 201
+    listing = client.get(f"/ds/{bucket}", params={"prefix": "lst/", "limit": 1000})
+    assert listing.status_code == 200, listing.text
+    assert listing.json()["created_at"] is None
+    assert name in [s["name"] for s in listing.json()["streams"]]
+    for method in ("PUT", "DELETE"):
+        assert assert_error(client.request(method, f"/ds/{bucket}"), 405)["code"] == "method_not_allowed"
+    assert client.get(f"/ds/{bucket}/{name}").status_code == 400  # its streams live in their own family

@@ -16,7 +16,11 @@ from app.security.scopes import Action
 from tests.http.helpers import uid
 from tests.inprocess import Node
 from tests.security.helpers import (
+    COMPAT,
+    LEGACY,
     OTHER,
+    PRIVATE,
+    PUBLIC,
     TOKENS,
     Op,
     SigningKeys,
@@ -163,3 +167,16 @@ async def test_a_write_token_may_not_create_its_own_bucket(client: httpx.AsyncCl
         assert_forbidden(await client.put("/ds/acme", headers=bearer(TOKENS[role])))
         assert_forbidden(await client.delete("/ds/acme", headers=bearer(TOKENS[role])))
     assert (await client.get(f"/ds/{OTHER}", headers=bearer(TOKENS["zeta-admin"]))).status_code == 200
+
+
+async def test_the_bucket_listing_shows_only_what_the_caller_may_read(client: httpx.AsyncClient) -> None:
+    async def names(headers: dict[str, str]) -> set[str]:
+        resp = await client.get("/ds", params={"limit": 1000}, headers=headers)
+        assert resp.status_code == 200, resp.text
+        return {b["name"] for b in resp.json()["buckets"]}
+
+    assert await names({}) == {PUBLIC}  # no token: the public buckets alone
+    assert await names(bearer(TOKENS["acme-read"])) == {PRIVATE, PUBLIC}
+    assert await names(bearer(TOKENS["zeta-admin"])) == {OTHER, PUBLIC}
+    assert {PRIVATE, OTHER, PUBLIC, LEGACY, COMPAT} <= await names(bearer(TOKENS["root"]))
+    assert (await client.get("/ds", headers={"authorization": "Bearer nope"})).status_code == 401

@@ -5,13 +5,17 @@ from __future__ import annotations
 from app.protocol.buckets import validate_bucket
 from app.protocol.extensions import Extension
 from app.protocol.target import StreamTarget, split_subroute, validate_stream_id
+from app.state_machine.table import BUILTIN_BUCKETS
 
 PREFIX = "/ds/"
 
 
 def target(path: str) -> StreamTarget | Extension | str:
-    """The stream (or stream sub-resource) a /ds path names, or the bucket id when it names a bucket."""
+    """The stream (or stream sub-resource) a /ds path names, or the bucket id when it names a bucket
+    (a built-in bucket too: its listing is here, its streams under their own family)."""
     bucket, slash, name = path[len(PREFIX) :].partition("/")
+    if not slash and bucket in BUILTIN_BUCKETS:
+        return bucket
     validate_bucket(bucket)
     if not slash:
         return bucket
