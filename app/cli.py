@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import ssl
 import sys
 import tomllib
@@ -16,6 +15,7 @@ from pydantic import ValidationError
 from app.bench import cli as bench_cli
 from app.cluster import cli as cluster_cli
 from app.config import Settings, load_settings, parse_peers
+from app.observability import logs
 from app.pipeline import cli as pipeline_cli
 from app.security import cli as token_cli
 from app.server import create_app
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--long-poll-timeout", type=float, help="seconds a long-poll waits (default 20)")
     serve.add_argument("--max-body-bytes", type=int)
     serve.add_argument("--access-log", action="store_true", default=None)
+    serve.add_argument("--log-format", choices=("text", "json"), help="json: one JSON object per line")
     serve.add_argument("--node-id", type=int, help="this node's id in --peers")
     serve.add_argument("--peers", type=parse_peers, help="1=http://127.0.0.1:4437,2=...,3=... (all voters)")
     serve.add_argument("--cluster-secret", help="shared secret signing Raft messages between nodes")
@@ -48,7 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument(
         "--cors-origin", action="append", dest="cors_origins", help="an origin browsers may call from (repeatable)"
     )
-    serve.add_argument("--forward-writes", action="store_true", default=None, help="followers proxy writes")
+    serve.add_argument(
+        "--forward-writes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="followers proxy writes to the leader (the default); --no-forward-writes: they answer 307",
+    )
     serve.add_argument(
         "--join", action="store_true", default=None, help="start outside --peers and wait for `rill cluster add`"
     )
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
                 long_poll_timeout=args.long_poll_timeout,
                 max_body_bytes=args.max_body_bytes,
                 access_log=args.access_log,
+                log_format=args.log_format,
                 node_id=args.node_id,
                 peers=args.peers,
                 cluster_secret=args.cluster_secret,
@@ -109,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
             config_error(exc)
         if args.auth is not None:  # the mode alone: the [auth] table's tokens and JWT settings stay
             settings.auth = settings.auth.model_copy(update={"mode": args.auth})
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logs.configure(settings.log_format)
         try:  # before the stores open: it raises the process's open-file limit
             edge = plan_limits(
                 max_connections=settings.max_connections,
@@ -132,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             backlog=edge.backlog,
             access_log=settings.access_log,
             log_level="info",
+            log_config=None,  # logs.configure set the format
             timeout_graceful_shutdown=5,
             proxy_headers=False,
             server_header=False,

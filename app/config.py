@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,7 +23,9 @@ class Settings(BaseSettings):
     peers: dict[int, str] = Field(default_factory=dict, description="node id -> base URL; empty: a single node")
     cluster_secret: str = Field("", description="shared by the nodes; signs their Raft messages")
     cluster_secret_file: Path | None = Field(None, description="read the cluster secret from this file")
-    forward_writes: bool = Field(False, description="followers proxy writes to the leader instead of a 307")
+    forward_writes: bool = Field(
+        True, description="followers proxy writes to the leader; false: they answer 307 to the leader's URL"
+    )
     join: bool = Field(False, description="a new node outside --peers, waiting to be added with `rill cluster add`")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest request body (413 past it)")
     body_budget_bytes: int = Field(
@@ -63,6 +65,7 @@ class Settings(BaseSettings):
     raft_compact_entries: int = Field(20_000, ge=10, description="applied entries between log compactions")
     raft_compact_keep: int = Field(5_000, ge=0, description="entries a cluster keeps behind a compaction")
     access_log: bool = False
+    log_format: Literal["text", "json"] = Field("text", description="json: one JSON object per log line")
     cold_store: str = Field("", description="s3://bucket/prefix or file:///dir; empty: file store in <data_dir>/cold")
     s3_endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO, moto); unset: AWS")
     s3_region: str | None = None

@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 
 from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
 from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
+from app.observability.counters import WriteCounters
 from app.raft.messages import Membership
 from app.security.quotas import Quotas
 from app.state_machine.commands import (
@@ -176,6 +177,7 @@ class Engine:
         self._read_touches: dict[int, int] = {}
         self._touching: set[int] = set()
         self._background: set[asyncio.Future[None]] = set()
+        self.counters = WriteCounters()
 
     async def submit(self, command: Command) -> Outcome:
         if self.machine.untiered_bytes > self.hot_backlog_budget and _adds_data(command):
@@ -190,6 +192,7 @@ class Engine:
         decoded = Envelope(now, command) if isinstance(command, Append) and len(command.body) <= LARGE_BODY else None
         if self.disk is not None and _grows_storage(command):
             self.disk.check(len(data))  # 507 below the free-space watermark
+        appended = len(command.body) if isinstance(command, Append) else 0
         if isinstance(command, Append | CreateStream) and len(command.body) > LARGE_BODY:
             # The entry holds the body now: drop this reference so a large one is held once.
             command.body = memoryview(b"")
@@ -200,9 +203,20 @@ class Engine:
             raise ProtocolError(503, "no_leader", "this node cannot accept writes now", {"retry-after": "1"}) from None
         except ProposalDropped:
             raise ProtocolError(503, "retry", "leadership changed; retry the request", {"retry-after": "1"}) from None
+        if appended and outcome.code is Code.APPENDED:
+            self.counters.appends += 1
+            self.counters.appended_bytes += appended
+        elif isinstance(command, AppendBatch):
+            self._count_batch(command, outcome)
         if charge is not None and self.quotas is not None and outcome.code in (Code.CREATED, Code.APPENDED, Code.OK):
             self.quotas.charge(charge)  # refusals add nothing
         return outcome
+
+    def _count_batch(self, command: AppendBatch, outcome: Outcome) -> None:
+        for body, each in zip(command.bodies, outcome.batch or [], strict=False):
+            if each.code is Code.APPENDED:
+                self.counters.appends += 1
+                self.counters.appended_bytes += len(body)
 
     async def read_barrier(self) -> None:
         """Brings this node's state up to everything committed so far (no-op on a single node)."""
@@ -232,6 +246,7 @@ class Engine:
         while True:
             try:
                 chunk = self.machine.read(meta, pos, max_bytes, self.cold, whole_records)
+                self.counters.read_bytes += chunk.size
                 self._read_ahead(meta, chunk.next_pos)
                 return chunk
             except ColdMiss as miss:

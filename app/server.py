@@ -12,10 +12,11 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -27,8 +28,11 @@ from app.cluster.http1 import client_context
 from app.cluster.transport import PATH as TRANSPORT_PATH
 from app.cluster.transport import Transport, Verifier
 from app.config import Settings
-from app.domain.errors import ProtocolError
 from app.node import Engine, Limits, Signals, wall_clock_ms
+from app.observability import probes
+from app.observability.counters import RequestCounters
+from app.observability.metrics import NodeCollector
+from app.observability.requests import count_requests
 from app.protocol.errors import error_reply
 from app.protocol.http import send_reply, to_response, with_security_headers
 from app.raft import log_store
@@ -37,7 +41,6 @@ from app.raft.messages import Membership
 from app.routes import StreamRoutes
 from app.security.authenticator import Authenticator
 from app.security.quotas import Quotas
-from app.security.scopes import ANY_BUCKET, Action
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import COLUMN_FAMILIES
 from app.storage.disk import DiskGuard
@@ -93,38 +96,6 @@ WRITE_REQUEST_HEADERS = [
     "Producer-Seq",
 ]
 _READ_METHODS = ("GET", "HEAD", "OPTIONS")
-
-
-async def healthz(request: Request) -> Response:
-    """With auth on, only an admin token sees more than `{"status": "ok"}` (a probe needs no token)."""
-    auth = request.app.state.auth
-    if auth.enabled:
-        try:
-            principal = await auth.principal(request.headers)
-        except ProtocolError:
-            principal = None
-        if principal is None or not principal.may(Action.ADMIN, ANY_BUCKET):
-            return JSONResponse({"status": "ok"})
-    engine = request.app.state.engine
-    status = engine.node.status()
-    return JSONResponse(
-        {
-            "status": "ok",
-            "node": status.id,
-            "role": status.role.value,
-            "term": status.term,
-            "leader": status.leader or None,
-            "commit": status.commit,
-            "applied": status.applied,
-            "last_index": status.last_index,
-            "snapshot_index": status.checkpoint_index,  # the key is external: it keeps its old name
-            "voters": list(status.voters),
-            "learners": list(status.learners),
-            "peers": {str(node_id): url for node_id, url in engine.peers.items()},
-            "tiering": request.app.state.tiering.status(),
-            "disk": engine.disk.status() if engine.disk is not None else None,
-        }
-    )
 
 
 async def openapi(request: Request) -> Response:
@@ -254,6 +225,9 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             ),
         )
         app.state.tiering = tiering
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(NodeCollector(engine, requests, tiering))
+        app.state.metrics = registry
 
         def membership_changed(new: Membership) -> None:
             engine.set_membership(new)
@@ -287,7 +261,10 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
 
     starlette = Starlette(
         routes=[
-            Route("/healthz", healthz),
+            Route("/healthz", probes.healthz),
+            Route("/readyz", probes.readyz),
+            Route("/metrics", probes.metrics),
+            Route("/_rill/cluster", probes.cluster),
             Route("/openapi.yaml", openapi),
             Route(CHECKPOINT_PATH, cluster_routes.checkpoint_chunk, methods=["POST"]),
             Route("/_rill/members", cluster_routes.list_members, methods=["GET"]),
@@ -298,6 +275,8 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},
     )
     starlette.state.auth = auth
+    starlette.state.peer_tls = peer_tls
+    requests = RequestCounters()
     streams = StreamRoutes(starlette, auth)
     streams.forwarder.tls = peer_tls
     # Listed origins (or `*` listed) get every method, a token and the protocol's headers; any other
@@ -346,4 +325,4 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
                     return
         await streams(scope, receive, send)
 
-    return app
+    return count_requests(app, requests)

@@ -20,13 +20,13 @@ PURE = sorted([*(APP / "raft").glob("*.py"), *(APP / "state_machine").glob("*.py
 
 LAYERS: list[tuple[str, ...]] = [
     ("domain",),
-    ("storage",),
+    ("storage", "observability.counters"),
     ("raft",),
     ("state_machine",),
     ("tiering", "pipeline"),
     ("node", "cluster", "security", "serving"),
     ("protocol",),
-    ("routes", "cluster.routes"),
+    ("routes", "cluster.routes", "observability"),
     ("server", "config", "cli", "cluster.cli", "bench"),
 ]
 ROOT_MODULES = {"__init__.py", "server.py", "cli.py", "config.py", "node.py"}

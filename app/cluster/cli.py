@@ -32,7 +32,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
     up.add_argument("--base-port", type=int, default=4437, help="node N listens on base-port + N - 1")
     up.add_argument("--data-dir", type=Path, default=Path("./data"), help="node N keeps its data in DIR/node-N")
-    up.add_argument("--forward-writes", action="store_true", help="followers proxy writes to the leader")
+    up.add_argument(
+        "--forward-writes",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="followers proxy writes to the leader (the default); --no-forward-writes: they answer 307",
+    )
     up.add_argument("--cold-store", help="the nodes' shared object store (default: the directory DIR/cold)")
     up.add_argument("--auth", choices=("on", "off"), default="off", help="on: data routes need tokens too")
     up.add_argument("--tls-cert", type=Path, help="serve HTTPS (the certificate must name 127.0.0.1)")
@@ -126,7 +131,8 @@ def up(args: argparse.Namespace) -> None:
     for n, url in urls.items():
         cmd = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", url.rsplit(":", 1)[1]]
         cmd += ["--data-dir", str(args.data_dir / f"node-{n}"), "--node-id", str(n), "--peers", peers]
-        cmd += ["--cluster-secret-file", str(secret_file)] + (["--forward-writes"] if args.forward_writes else [])
+        cmd += ["--cluster-secret-file", str(secret_file)]
+        cmd += ["--forward-writes" if args.forward_writes else "--no-forward-writes"]
         # Every node must reach the segments the leader tiers, so they share one store.
         cmd += ["--cold-store", args.cold_store or (args.data_dir / "cold").resolve().as_uri()]
         if args.tls_cert:

@@ -147,7 +147,7 @@ async def checkpoint_chunk(request: Request) -> Response:
     return _error(409, "snapshot_refused", "this transfer is stale or out of order")
 
 
-async def _admin(request: Request, required: bool = True) -> Response | None:
+async def check_admin(request: Request, required: bool = True) -> Response | None:
     """None if the request may go on; else the 401 or 403. Membership needs admin:* whatever the mode."""
     auth = request.app.state.auth
     if not required and not auth.enabled:
@@ -173,7 +173,7 @@ def _describe(engine: Engine) -> dict[str, object]:
 
 
 async def list_members(request: Request) -> Response:
-    return await _admin(request, required=False) or JSONResponse(_describe(request.app.state.engine))
+    return await check_admin(request, required=False) or JSONResponse(_describe(request.app.state.engine))
 
 
 def _not_leader(request: Request) -> Response:
@@ -192,7 +192,7 @@ async def _change(node: RaftNode, new: Membership) -> Response | None:
 
 async def add_member(request: Request) -> Response:
     """Adds a node as a learner, waits for it to catch up, then makes it a voter."""
-    if (refused := await _admin(request)) is not None:
+    if (refused := await check_admin(request)) is not None:
         return refused
     try:
         member = NewMember.model_validate_json(await request.body())
@@ -240,7 +240,7 @@ async def _caught_up(node: RaftNode, peer: int) -> bool:
 
 
 async def remove_member(request: Request) -> Response:
-    if (refused := await _admin(request)) is not None:
+    if (refused := await check_admin(request)) is not None:
         return refused
     raw = request.path_params["node_id"]
     if not raw.isdigit():

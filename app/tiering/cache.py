@@ -26,11 +26,13 @@ class SegmentCache:
         self._size = 0
         self._fetching: dict[str, asyncio.Future[None]] = {}
         self.fetches = 0
+        self.hits = 0  # reads served from memory; `fetches` counts the segments read from the store
 
     def records(self, segment: SegmentInfo, lo: int, hi: int) -> Iterator[tuple[int, memoryview]]:
         loaded = self._segments.get(segment.key)
         if loaded is None:
             raise ColdMiss(segment)
+        self.hits += 1
         self._segments.move_to_end(segment.key)
         positions, payloads = loaded.positions, loaded.payloads
         i = bisect.bisect_right(positions, lo) - 1

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
+from app.observability.counters import Histogram
 from app.state_machine import records as r
 from app.state_machine.commands import Code, Command, Evict, ForgetObjects, Outcome, Retain, TierSegment
 from app.state_machine.machine import StateMachine
@@ -73,6 +75,8 @@ class TieringWorker:
         self.available = True
         self.last_error: str | None = None
         self.uploaded = 0
+        self.upload_errors = 0
+        self.upload_seconds = Histogram()
         # name -> ((sid, tiered, earliest) as its published manifest shows them, the manifest's key)
         self._published: dict[tuple[str, str], tuple[tuple[int, int, int], str]] = {}
         # Streams (by sid) and queued deletions (by key) that failed on their own, and when to retry.
@@ -90,13 +94,16 @@ class TieringWorker:
             "last_error": self.last_error,
             "untiered_bytes": self.machine.untiered_bytes,
             "local_bytes": self.machine.local_bytes,
-            "deletion_queue": sum(1 for _ in self.machine.kv.scan(r.GC_QUEUE, b"")),
+            "deletion_queue": self.deletion_queue(),
             "segments_uploaded": self.uploaded,
             "failing": self.failing.report(now),
             "failing_count": len(self.failing.failures),
             "deletions_failing": self.deletions.report(now, limit=10),
             "deletions_failing_count": len(self.deletions.failures),
         }
+
+    def deletion_queue(self) -> int:
+        return sum(1 for _ in self.machine.kv.scan(r.GC_QUEUE, b""))
 
     async def run_forever(self) -> None:
         while True:
@@ -238,10 +245,16 @@ class TieringWorker:
         return SegmentInfo(lo, expected, object_key, len(data), sha256_hex(data), min(times), max(times), starts), data
 
     def _upload(self, segment: SegmentInfo, data: bytes | memoryview) -> None:
-        self.store.put(segment.key, data)
-        info = self.store.stat(segment.key)
-        if info is None or info.size != segment.size or info.sha256 not in (None, segment.sha256):
-            raise KeyRejected(f"uploaded {segment.key} but the store holds something else")
+        started = time.perf_counter()
+        try:
+            self.store.put(segment.key, data)
+            info = self.store.stat(segment.key)
+            if info is None or info.size != segment.size or info.sha256 not in (None, segment.sha256):
+                raise KeyRejected(f"uploaded {segment.key} but the store holds something else")
+        except Exception:
+            self.upload_errors += 1
+            raise
+        self.upload_seconds.observe(time.perf_counter() - started)
 
     async def _publish_manifests(self) -> None:
         now = self.node.now_ms()

@@ -27,7 +27,7 @@ COMPACTING = {"RILL_RAFT_COMPACT_ENTRIES": "100", "RILL_RAFT_COMPACT_KEEP": "10"
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[RillCluster]:
-    nodes = RillCluster(tmp_path, env=COMPACTING).start()
+    nodes = RillCluster(tmp_path, 3, "--no-forward-writes", env=COMPACTING).start()
     yield nodes
     nodes.stop()
 

@@ -29,7 +29,7 @@ def parts(response: httpx.Response) -> list[bytes]:
 
 def test_a_snapshot_published_just_before_failover_is_served_after_it(tmp_path: Path) -> None:
     # The nodes share one cold store (large snapshot blobs live there), as a cluster must.
-    cluster = RillCluster(tmp_path, 3, "--cold-store", (tmp_path / "cold").as_uri()).start()
+    cluster = RillCluster(tmp_path, 3, "--no-forward-writes", "--cold-store", (tmp_path / "cold").as_uri()).start()
     try:
         leader_id = cluster.wait_for_leader()
         leader = cluster.nodes[leader_id]

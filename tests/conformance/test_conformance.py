@@ -70,11 +70,9 @@ def test_conformance_suite_with_auth_on(secured: tuple[RillProcess, str], family
 
 
 def test_conformance_suite_through_a_follower(tmp_path: Path) -> None:
-    """A 3-node cluster, the suite pointed at a follower: writes are forwarded, reads redirected.
-
-    Node's fetch cannot re-send a binary body on a 307, so the follower forwards writes.
-    """
-    cluster = RillCluster(tmp_path, 3, "--long-poll-timeout", str(LONG_POLL_SECONDS), "--forward-writes").start()
+    """A 3-node cluster with its defaults, the suite pointed at a follower: writes are forwarded (Node's
+    fetch cannot re-send a binary body on a 307), reads served there."""
+    cluster = RillCluster(tmp_path, 3, "--long-poll-timeout", str(LONG_POLL_SECONDS)).start()
     try:
         leader = cluster.wait_for_leader()
         follower = next(i for i in cluster.nodes if i != leader)

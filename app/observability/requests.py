@@ -1,0 +1,65 @@
+"""The ASGI wrapper that counts every HTTP request by route family, method and status.
+
+Live reads (`live=sse`, `live=long-poll`) are counted as requests when they end, and as live
+readers while they last; their duration is the subscription's, so it stays out of the latency
+histogram.
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.observability.counters import RequestCounters
+
+_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"))
+_FAMILIES = (("/ds", "ds"), ("/streams/", "legacy"), ("/v1/stream/", "compat"), ("/_rill/", "cluster"))
+
+
+def family_of(path: str) -> str:
+    for prefix, family in _FAMILIES:
+        if path.startswith(prefix):
+            return family
+    return "other"
+
+
+def live_mode(query: bytes) -> str | None:
+    if b"live=" not in query:  # the common case, without parsing
+        return None
+    for pair in query.split(b"&"):
+        if pair == b"live=sse":
+            return "sse"
+        if pair == b"live=long-poll":
+            return "long_poll"
+    return None
+
+
+def count_requests(app: ASGIApp, counters: RequestCounters) -> ASGIApp:
+    async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def sender(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        mode = live_mode(scope["query_string"])
+        if mode is not None:
+            counters.live[mode] += 1
+        try:
+            await app(scope, receive, sender)
+        finally:
+            if mode is not None:
+                counters.live[mode] -= 1
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            elapsed = None if mode is not None else time.perf_counter() - started
+            # 0: the connection ended before any response began.
+            counters.finished(family_of(scope["path"]), method, status, elapsed)
+
+    return counted
