@@ -29,7 +29,12 @@ def data_event(payload: bytes, binary: bool) -> bytes:
     if binary:
         return b"event: data\ndata:" + base64.b64encode(payload) + b"\n\n"
     lines = _LINES.split(payload)
-    return b"event: data\n" + b"".join(b"data:" + line + b"\n" for line in lines) + b"\n"
+    # A parser drops one space after "data:": a line that starts with one keeps it behind another.
+    return (
+        b"event: data\n"
+        + b"".join((b"data: " if line[:1] == b" " else b"data:") + line + b"\n" for line in lines)
+        + b"\n"
+    )
 
 
 def control_event(next_pos: int, cursor: str | None, up_to_date: bool, closed: bool) -> bytes:
