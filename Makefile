@@ -21,11 +21,15 @@ install: $(BIN)/.installed
 run: install
 	$(BIN)/rill serve
 
-# wrk (Debian's package) drives `rill bench append --generator wrk` and its test.
+# wrk (Debian's package) drives `rill bench append --generator wrk` and its test; Debian's
+# chromium runs the console's browser tests (tests/console/, through Playwright).
 tools:
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		(apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)); } || \
 		echo "wrk is not installed: its benchmark test will be skipped"
+	@[ -x /usr/bin/chromium ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		(apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)); } || \
+		echo "chromium is not installed: the console's browser tests will be skipped"
 
 test: install tools $(CONFORMANCE)/node_modules/.installed
 	$(BIN)/python -m pytest

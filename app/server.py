@@ -28,6 +28,7 @@ from app.cluster.http1 import client_context
 from app.cluster.transport import PATH as TRANSPORT_PATH
 from app.cluster.transport import Transport, Verifier
 from app.config import Settings
+from app.console import routes as console_routes
 from app.node import Engine, Limits, Signals, wall_clock_ms
 from app.observability import probes
 from app.observability.counters import RequestCounters
@@ -270,6 +271,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             Route("/_rill/members", cluster_routes.list_members, methods=["GET"]),
             Route("/_rill/members", cluster_routes.add_member, methods=["POST"]),
             Route("/_rill/members/{node_id}", cluster_routes.remove_member, methods=["DELETE"]),
+            *console_routes(),
         ],
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},

@@ -26,8 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("tiering", "pipeline"),
     ("node", "cluster", "security", "serving"),
     ("protocol",),
-    ("routes", "cluster.routes", "observability"),
-    ("server", "config", "cli", "cluster.cli", "bench"),
+    ("routes", "cluster.routes", "observability", "console"),
+    ("server", "config", "cli", "cluster.cli", "bench", "commands"),
 ]
 ROOT_MODULES = {"__init__.py", "server.py", "cli.py", "config.py", "node.py"}
 
