@@ -75,6 +75,7 @@ EXPOSED_HEADERS = [
     "Stream-Earliest-Offset",
     "Stream-Snapshot-Offset",
     "Stream-Snapshot-Digest",
+    "Stream-Retention",
     "WWW-Authenticate",
 ]
 # Request headers a cross-origin page may send. Any origin may read (public buckets, EventSource);

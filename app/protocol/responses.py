@@ -89,7 +89,16 @@ def metadata_headers(meta: StreamMeta) -> dict[str, str]:
         headers["stream-expires-at"] = format_expires_at(meta.expires_at)
     if meta.closed:
         headers["stream-closed"] = "true"
+    retention = format_retention(meta.retention_age, meta.retention_bytes)
+    if retention is not None:
+        headers["stream-retention"] = retention
     return headers
+
+
+def format_retention(age: int | None, size: int | None) -> str | None:
+    """`Stream-Retention`'s form (`max-age=SECONDS, max-bytes=N`), or None without either limit."""
+    limits = [f"{name}={n}" for name, n in (("max-age", age), ("max-bytes", size)) if n is not None]
+    return ", ".join(limits) or None
 
 
 def trimmed(meta: StreamMeta) -> ProtocolError:

@@ -117,3 +117,11 @@ def test_fork_of_a_trimmed_source_reports_its_history_as_gone(client: httpx.Clie
     assert read(client, fork).content == b"bbb"
     assert client.head(fork).headers["stream-earliest-offset"] == o1
     assert_error(client.get(fork, params={"offset": ZERO}), 410)
+
+
+def test_head_reports_automatic_retention(client: httpx.Client, path: str) -> None:
+    assert client.put(path, headers={**TEXT, "stream-retention": "max-bytes=1000, max-age=60"}).status_code == 201
+    assert client.head(path).headers["stream-retention"] == "max-age=60, max-bytes=1000"
+    other = path + "-plain"
+    assert client.put(other, headers=TEXT).status_code == 201
+    assert "stream-retention" not in client.head(other).headers
