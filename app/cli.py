@@ -1,4 +1,4 @@
-"""`rill` command line: `rill serve` starts a node."""
+"""`rill` command line: `rill serve` starts a node; app/commands holds the data commands."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import NoReturn
 import uvicorn
 from pydantic import ValidationError
 
+from app import commands
 from app.bench import cli as bench_cli
 from app.cluster import cli as cluster_cli
 from app.config import Settings, load_settings, parse_peers
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     cluster_cli.add_parser(sub)
     pipeline_cli.add_parser(sub)
     token_cli.add_parser(sub)
+    commands.add_parsers(sub)
     args = parser.parse_args(argv)
 
     if args.command == "bench":
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "token":
         token_cli.main(args)
         return
+    if args.command in commands.NAMES:
+        raise SystemExit(commands.main(args))
 
     if args.command == "serve":
         try:

@@ -1,0 +1,224 @@
+"""HTTP for the data commands: where a URL argument points, the bearer token, the CA, redirects
+followed by hand, and server errors turned into one-line messages.
+
+Redirects (a follower's 307 to the leader) are followed here rather than by httpx, which drops
+`Authorization` when the leader is another origin (another port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import ssl
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote, urljoin
+
+import httpx
+
+DEFAULT_SERVER = "http://127.0.0.1:4437"
+MAX_REDIRECTS = 10
+# The route families' built-in buckets: BUCKET/STREAM with one of them means the family's URL.
+FAMILIES = {"compat.v1": "/v1/stream/", "legacy.streams": "/streams/"}
+MAX_UNAVAILABLE = 10  # 503s with Retry-After (no leader yet, a full backlog) retried before giving up
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as `rill: error: <message>`, exit status `status`."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class UsageError(CliError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2)
+
+
+class Unreachable(CliError):
+    """The request did not get an answer: connection refused, reset, timed out."""
+
+
+class HttpError(CliError):
+    """The server answered with an error status; `code` is its JSON error code, if it sent one."""
+
+    def __init__(self, message: str, response: httpx.Response, code: str | None) -> None:
+        super().__init__(message)
+        self.response = response
+        self.code = code
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    server = os.environ.get("RILL_URL") or DEFAULT_SERVER
+    parser.add_argument(
+        "--server", default=server, metavar="URL", help=f"base URL for BUCKET/STREAM and listings (default: {server})"
+    )
+    parser.add_argument("--token", metavar="TOKEN", help="bearer token (default: $RILL_TOKEN)")
+    parser.add_argument(
+        "--tls-ca", type=Path, metavar="PEM", help="CA bundle for https:// servers (default: system CAs)"
+    )
+
+
+def server_url(server: str) -> str:
+    if not server.startswith(("http://", "https://")):
+        raise UsageError(f"--server {server!r} is not an http:// or https:// URL")
+    return server.rstrip("/")
+
+
+def resolve_url(target: str, server: str) -> str:
+    """A stream argument as a URL: a full URL as given, a path (`/v1/stream/x`) on `server`, or
+    `BUCKET/STREAM` as `{server}/ds/BUCKET/STREAM` (percent-encoded; `compat.v1/x` is `/v1/stream/x`
+    and `legacy.streams/x` is `/streams/x`)."""
+    if target.startswith(("http://", "https://")):
+        return target
+    if "://" in target:
+        raise UsageError(f"{target!r}: only http:// and https:// URLs are supported")
+    if target.startswith("/"):
+        return server_url(server) + target
+    bucket, slash, stream = target.partition("/")
+    if not slash or not bucket or not stream:
+        raise UsageError(f"{target!r} is neither a URL nor BUCKET/STREAM")
+    base = FAMILIES.get(bucket) or f"/ds/{quote(bucket, safe='')}/"
+    return server_url(server) + base + quote(stream, safe="/")
+
+
+def _verify(ca: Path | None) -> ssl.SSLContext | bool:
+    if ca is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(ca))
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--tls-ca {ca}: {getattr(exc, 'strerror', None) or 'holds no PEM certificate'}") from None
+
+
+class Client:
+    """One keep-alive HTTP client for a command, carrying the token on every request."""
+
+    def __init__(self, args: argparse.Namespace, timeout: httpx.Timeout | float = 30.0) -> None:
+        self.server = server_url(args.server)
+        self.token = args.token or os.environ.get("RILL_TOKEN", "")
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        self.http = httpx.Client(headers=headers, verify=_verify(args.tls_ca), timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
+
+    def url(self, target: str) -> str:
+        return resolve_url(target, self.server)
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+    ) -> httpx.Response:
+        """A request whose whole body is read; an error status raises HttpError."""
+        with self.open(method, url, params=params, headers=headers, content=content) as response:
+            response.read()
+            return response
+
+    def head(self, url: str) -> httpx.Response:
+        """A stream's metadata. HEAD errors have no body, so a failure is asked again as a GET of
+        nothing (`offset=now`) to report the server's message."""
+        try:
+            return self.request("HEAD", url)
+        except HttpError as exc:
+            if exc.code is not None:
+                raise
+            try:
+                self.request("GET", url, params={"offset": "now"})
+            except HttpError as detailed:
+                raise detailed from None
+            raise
+
+    @contextmanager
+    def open(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+    ) -> Iterator[httpx.Response]:
+        """A streamed response, after redirects and 503 retries; an error status raises HttpError."""
+        target = str(httpx.URL(url, params=params)) if params else url
+        unavailable = 0
+        for _ in range(MAX_REDIRECTS + MAX_UNAVAILABLE):
+            request = self.http.build_request(method, target, headers=headers, content=content)
+            response = self._send(request)
+            status = response.status_code
+            if status in (307, 308) and "location" in response.headers:
+                response.close()
+                target = urljoin(str(request.url), response.headers["location"])  # the query comes along
+                continue
+            if status == 503 and "retry-after" in response.headers and unavailable < MAX_UNAVAILABLE:
+                response.close()
+                unavailable += 1
+                time.sleep(_seconds(response.headers["retry-after"]))
+                continue
+            try:
+                if status >= 400:
+                    response.read()
+                    raise self.error(response)
+                yield response
+            finally:
+                response.close()
+            return
+        raise CliError(f"{method} {url}: too many redirects or retries")
+
+    def _send(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return self.http.send(request, stream=True)
+        except httpx.ConnectError as exc:
+            raise Unreachable(f"cannot connect to {_origin(request.url)}: {_reason(exc)}") from None
+        except httpx.TimeoutException:
+            raise Unreachable(f"{request.method} {request.url}: timed out") from None
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"{request.method} {request.url}: {_reason(exc)}") from None
+
+    def error(self, response: httpx.Response) -> HttpError:
+        """The server's JSON error (`{"error": {"code", "message"}}`) as one line."""
+        code, message = _error_fields(response)
+        text = f"{response.status_code} {code}: {message}" if code else f"{response.status_code}: {message}"
+        if response.status_code == 401 and not self.token:
+            text += " (pass --token or set RILL_TOKEN)"
+        return HttpError(text, response, code)
+
+
+def _error_fields(response: httpx.Response) -> tuple[str | None, str]:
+    try:
+        error = response.json()["error"]
+        return str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        text = " ".join(response.text.split())[:200]
+        return None, text or response.reason_phrase or "error"
+
+
+def _seconds(value: str) -> float:
+    try:
+        return min(max(float(value), 0.1), 5.0)
+    except ValueError:
+        return 1.0
+
+
+def _origin(url: httpx.URL) -> str:
+    return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}"
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    if "Connection refused" in text or "Errno 111" in text:
+        return "connection refused"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return "its certificate is not trusted (--tls-ca names the CA that signed it)"
+    return " ".join(text.split()) or type(exc).__name__

@@ -1,0 +1,113 @@
+"""Failures are one line on stderr with the server's message and exit 1 (2 for usage errors);
+`--token` / `$RILL_TOKEN` reach an `--auth on` server, also through a 307 to another origin."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from tests.cli.conftest import TOKEN, invoke, run
+from tests.server import RillProcess, free_port
+
+Capture = pytest.CaptureFixture[bytes]
+
+
+def test_missing_stream_is_exit_1_with_the_servers_message(server: RillProcess, capsysbinary: Capture) -> None:
+    httpx.put(server.url + "/ds/errors")
+    for argv in (["read"], ["append"], ["tail"]):
+        code, out, err = invoke(capsysbinary, *argv, "errors/missing", "--server", server.url)
+        assert (code, out) == (1, b""), err
+        assert err == "rill: error: 404 stream_not_found: stream not found\n"
+    code, _, err = invoke(capsysbinary, "read", "nobucket/x", "--server", server.url)
+    assert code == 1 and err.startswith("rill: error: 404")
+
+
+def test_a_subprocess_failure_has_no_traceback(server: RillProcess) -> None:
+    done = run("read", server.url + "/ds/errors/missing")
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr == b"rill: error: 404 stream_not_found: stream not found\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["read", "just-a-name"],
+        ["read", "ftp://127.0.0.1/ds/a/b"],
+        ["read", "a/b", "--server", "127.0.0.1:4437"],
+        ["streams", "list", "a/b"],
+        ["append", "a/b", "x", "--producer", "p", "--seq", "-1"],
+        ["read", "a/b", "--tls-ca", "/nonexistent/ca.pem"],
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], capsysbinary: Capture) -> None:
+    code, out, err = invoke(capsysbinary, *argv)
+    assert (code, out) == (2, b"") and err.startswith("rill: error: ") and err.count("\n") == 1
+
+
+def test_argparse_usage_errors_exit_2(capsysbinary: Capture) -> None:
+    assert invoke(capsysbinary, "create", "a/b", "--json", "--content-type", "text/plain")[0] == 2
+    assert invoke(capsysbinary, "buckets")[0] == 2
+
+
+def test_connection_refused_is_one_line(capsysbinary: Capture) -> None:
+    port = free_port()
+    code, _, err = invoke(capsysbinary, "buckets", "list", "--server", f"http://127.0.0.1:{port}")
+    assert code == 1 and err == f"rill: error: cannot connect to http://127.0.0.1:{port}: connection refused\n"
+
+
+def test_a_bad_request_shows_the_servers_message(server: RillProcess, capsysbinary: Capture) -> None:
+    httpx.put(server.url + "/ds/errors/j", headers={"content-type": "application/json"})
+    code, _, err = invoke(capsysbinary, "read", "errors/j", "--from", "garbage", "--server", server.url)
+    assert code == 1 and err.startswith("rill: error: 400 invalid_offset: ")
+
+
+def test_token_from_flag_and_environment(auth_server: RillProcess, capsysbinary: Capture) -> None:
+    s = auth_server.url
+    code, _, err = invoke(capsysbinary, "buckets", "list", "--server", s)
+    assert code == 1 and err.startswith("rill: error: 401 unauthorized") and "--token" in err
+    code, _, err = invoke(capsysbinary, "buckets", "create", "secured", "--server", s, "--token", "rill_wrong")
+    assert code == 1 and "401" in err and "--token" not in err
+    assert invoke(capsysbinary, "buckets", "create", "secured", "--server", s, "--token", TOKEN)[0] == 0
+    env = {"RILL_URL": s, "RILL_TOKEN": TOKEN}
+    assert run("create", "secured/s", "--json", env=env).returncode == 0
+    done = run("append", "secured/s", stdin=b'{"a": 1}\n', env=env)
+    assert done.returncode == 0, done.stderr
+    assert run("read", "secured/s", env=env).stdout == b'{"a":1}\n'
+    _, out, _ = invoke(capsysbinary, "streams", "list", "secured", "--server", s, "--token", TOKEN)
+    assert out.decode().startswith("s\tapplication/json\t")
+
+
+@pytest.fixture
+def redirector(auth_server: RillProcess) -> Iterator[str]:
+    """Another origin that answers everything with a 307 to the server, as a follower does."""
+
+    class Redirect(BaseHTTPRequestHandler):
+        def _redirect(self) -> None:
+            self.send_response(307)
+            self.send_header("location", auth_server.url + self.path)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _redirect
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_redirects_keep_the_token(auth_server: RillProcess, redirector: str, capsysbinary: Capture) -> None:
+    httpx.put(auth_server.url + "/ds/redirected", headers={"authorization": f"Bearer {TOKEN}"})
+    args = ("--server", redirector, "--token", TOKEN)
+    assert invoke(capsysbinary, "create", "redirected/r", "--content-type", "text/plain", *args)[0] == 0
+    code, out, err = invoke(capsysbinary, "append", "redirected/r", "through a 307", *args)
+    assert code == 0, err
+    assert invoke(capsysbinary, "read", "redirected/r", "--from", "-1", *args)[1] == b"through a 307"
