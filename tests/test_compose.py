@@ -34,6 +34,7 @@ from packaging.specifiers import SpecifierSet
 
 from app import cli
 from app.config import Settings
+from app.observability.metrics import METRIC_NAMES
 from app.security.tokens import digest
 from app.tiering.store import S3Store, StoreOptions, open_store
 
@@ -367,47 +368,8 @@ def test_spark_default_bucket_comes_from_the_environment(home: Path) -> None:
 
 # The monitoring profile: Prometheus and Grafana ---------------------------------------------------------
 
-# The metric names the nodes' /metrics promised (the contract the dashboard was written against). When
-# app/observability/metrics.py is there, its METRIC_NAMES is what the nodes export and what the dashboard
-# may use; the dashboard must show every name of this list either way.
-CONTRACT_METRICS = (
-    "rill_http_requests_total",
-    "rill_http_request_duration_seconds",
-    "rill_appends_total",
-    "rill_appended_bytes_total",
-    "rill_read_bytes_total",
-    "rill_live_subscribers",
-    "rill_raft_term",
-    "rill_raft_role",
-    "rill_raft_leader_id",
-    "rill_raft_commit_index",
-    "rill_raft_applied_index",
-    "rill_raft_last_index",
-    "rill_raft_leader_changes_total",
-    "rill_raft_fsync_duration_seconds",
-    "rill_raft_replication_lag_entries",
-    "rill_raft_snapshot_installs_total",
-    "rill_tiering_untiered_bytes",
-    "rill_tiering_local_bytes",
-    "rill_tiering_upload_duration_seconds",
-    "rill_tiering_upload_errors_total",
-    "rill_tiering_segments_uploaded_total",
-    "rill_tiering_store_available",
-    "rill_cold_cache_hits_total",
-    "rill_cold_cache_misses_total",
-    "rill_deletion_queue_length",
-)
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 MONITORING = {"prometheus": 9090, "grafana": 3000}
-
-
-def exported_metrics() -> tuple[str, ...]:
-    if not (ROOT / "app" / "observability" / "metrics.py").exists():
-        return CONTRACT_METRICS
-    from app.observability import metrics
-
-    names: tuple[str, ...] = metrics.METRIC_NAMES
-    return names
 
 
 def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
@@ -552,7 +514,7 @@ def metric_names(expr: str) -> set[str]:
     names = set()
     for name in re.findall(r"\b(rill_[a-z0-9_]+)", expr):
         for suffix in HISTOGRAM_SERIES:
-            if name.endswith(suffix) and name.removesuffix(suffix) in CONTRACT_METRICS + exported_metrics():
+            if name.endswith(suffix) and name.removesuffix(suffix) in METRIC_NAMES:
                 name = name.removesuffix(suffix)
         names.add(name)
     return names
@@ -601,9 +563,9 @@ def test_every_dashboard_panel_queries_prometheus_per_node() -> None:
 
 def test_dashboard_uses_only_metrics_the_nodes_export_and_shows_them_all() -> None:
     used = set().union(*map(metric_names, expressions()))
-    exported = set(exported_metrics())
+    exported = set(METRIC_NAMES)
     assert not used - exported, f"the dashboard queries metrics the nodes do not export: {sorted(used - exported)}"
-    assert not set(CONTRACT_METRICS) - used, f"not on the dashboard: {sorted(set(CONTRACT_METRICS) - used)}"
+    assert not exported - used, f"not on the dashboard: {sorted(exported - used)}"
     # Latency panels read the histograms the way Prometheus defines them.
     for histogram in ("rill_http_request_duration_seconds", "rill_raft_fsync_duration_seconds"):
         assert any(
