@@ -267,6 +267,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             Route("/readyz", probes.readyz),
             Route("/metrics", probes.metrics),
             Route("/_rill/cluster", probes.cluster),
+            Route(probes.STATUS_PATH, probes.status),
             Route("/openapi.yaml", openapi),
             Route(CHECKPOINT_PATH, cluster_routes.checkpoint_chunk, methods=["POST"]),
             Route("/_rill/members", cluster_routes.list_members, methods=["GET"]),

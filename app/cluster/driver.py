@@ -111,7 +111,8 @@ class RaftNode:
         self.fsync = Histogram()
         self.leader_changes = 0
         self.checkpoint_installs = 0
-        self._leader_seen = 0
+        self._leader_seen = (0, 0)  # (term, leader)
+        self.caught_up_at = 0.0  # monotonic time this node last had applied all it knew committed
 
     def _load_core(self, voters: list[int], learners: list[int]) -> RaftCore:
         """The Raft core as the stores hold it (at startup, and after running out of disk space)."""
@@ -132,6 +133,12 @@ class RaftNode:
         )
         self._seed += 1  # a core loaded again draws other election timeouts
         return core
+
+    def hears_from_leader(self) -> bool:
+        """Whether a leader is known and, on a follower or learner, was heard from within an election
+        timeout (a learner never campaigns, so it would keep a lost leader's id)."""
+        core = self.core
+        return bool(core.leader) and (core.role is Role.LEADER or core.elapsed < core.election_ticks)
 
     @property
     def is_leader(self) -> bool:
@@ -310,8 +317,9 @@ class RaftNode:
                 self._send_checkpoint(peer)
             for ctx, index in rd.reads:
                 self._answer_reads(ctx, index)
-            if self.core.leader and self.core.leader != self._leader_seen:  # a new leader, not a lost one
-                self._leader_seen = self.core.leader
+            seen = (self.core.term, self.core.leader)
+            if self.core.leader and seen != self._leader_seen:  # a leader of a new term, not a lost one
+                self._leader_seen = seen
                 self.leader_changes += 1
             synced = await self._finish_sync()
             self._start_sync()
@@ -423,6 +431,8 @@ class RaftNode:
         membership = self.machine.membership
         with out_of_space():
             results = self.machine.apply(entries, self._decoded(entries))
+        if self.core.applied >= self.core.commit:
+            self.caught_up_at = time.monotonic()
         for entry, result in zip(entries, results, strict=True):
             waiter = self._waiters.pop(entry.index, None)
             if waiter is None:

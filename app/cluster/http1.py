@@ -204,7 +204,7 @@ class EventStream(asyncio.Protocol):
                 if line.startswith(b"event:"):
                     kind = line[6:].strip()
                 elif line.startswith(b"data:"):
-                    lines.append(line[5:])
+                    lines.append(line[5:].removeprefix(b" "))  # one optional space, as SSE parsers drop
             if lines:
                 self._queue.put_nowait((kind, b"\n".join(lines)))
 

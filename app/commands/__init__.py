@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 
+import httpx
+
 from app.commands import append, buckets, lifecycle, read, streams, tail
 from app.commands.client import CliError, add_connection_args
 
@@ -34,6 +36,14 @@ def main(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"rill: error: {exc}", file=sys.stderr)
         return exc.status
+    except httpx.HTTPError as exc:  # the connection failed while a body was being read
+        print(
+            f"rill: error: the connection failed: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr
+        )
+        return 1
+    except ValueError as exc:  # an answer that is not what the protocol says (a proxy's page, say)
+        print(f"rill: error: unexpected answer from the server: {' '.join(str(exc).split())[:200]}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader of our stdout went away (`rill read ... | head`)

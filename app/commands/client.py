@@ -2,7 +2,9 @@
 followed by hand, and server errors turned into one-line messages.
 
 Redirects (a follower's 307 to the leader) are followed here rather than by httpx, which drops
-`Authorization` when the leader is another origin (another port).
+`Authorization` when the leader is another origin (another port). The token goes on to another
+port of the same host, never to another host nor from https:// to http://: such a redirect is an
+error that names where it pointed.
 """
 
 from __future__ import annotations
@@ -100,8 +102,7 @@ class Client:
     def __init__(self, args: argparse.Namespace, timeout: httpx.Timeout | float = 30.0) -> None:
         self.server = server_url(args.server)
         self.token = args.token or os.environ.get("RILL_TOKEN", "")
-        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
-        self.http = httpx.Client(headers=headers, verify=_verify(args.tls_ca), timeout=timeout)
+        self.http = httpx.Client(verify=_verify(args.tls_ca), timeout=timeout)
 
     def __enter__(self) -> Client:
         return self
@@ -152,15 +153,27 @@ class Client:
     ) -> Iterator[httpx.Response]:
         """A streamed response, after redirects and 503 retries; an error status raises HttpError."""
         target = str(httpx.URL(url, params=params)) if params else url
+        first = httpx.URL(target)
         unavailable = 0
         for _ in range(MAX_REDIRECTS + MAX_UNAVAILABLE):
-            request = self.http.build_request(method, target, headers=headers, content=content)
+            sent = dict(headers or {})
+            if self.token:
+                sent["authorization"] = f"Bearer {self.token}"
+            request = self.http.build_request(method, target, headers=sent, content=content)
             response = self._send(request)
             status = response.status_code
             if status in (307, 308) and "location" in response.headers:
                 response.close()
                 target = urljoin(str(request.url), response.headers["location"])  # the query comes along
+                if self.token and not _same_host(first, httpx.URL(target)):
+                    where = _origin(httpx.URL(target))
+                    raise CliError(f"redirected to {where}, another host: the token is not sent there (use that URL)")
                 continue
+            if 300 <= status < 400:
+                response.close()
+                raise CliError(
+                    f"{method} {url}: the server answered {status} (a redirect this command does not follow)"
+                )
             if status == 503 and "retry-after" in response.headers and unavailable < MAX_UNAVAILABLE:
                 response.close()
                 unavailable += 1
@@ -209,6 +222,11 @@ def _seconds(value: str) -> float:
         return min(max(float(value), 0.1), 5.0)
     except ValueError:
         return 1.0
+
+
+def _same_host(first: httpx.URL, then: httpx.URL) -> bool:
+    """Whether a redirect may carry the token: the same host (any port), and no step down to http."""
+    return then.host == first.host and not (first.scheme == "https" and then.scheme != "https")
 
 
 def _origin(url: httpx.URL) -> str:

@@ -101,9 +101,9 @@ class NodeCollector(Collector):
         status = node.status()
         yield _gauge("rill_raft_term", "Current Raft term", status.term)
         role = GaugeMetricFamily("rill_raft_role", "1 for this node's Raft role", labels=["role"])
+        learner = status.id in status.learners  # a learner steps as a follower: it is one or the other here
         for each in Role:
-            role.add_metric([each.value], 1 if each is status.role else 0)
-        learner = status.id in status.learners
+            role.add_metric([each.value], 1 if each is status.role and not learner else 0)
         role.add_metric(["learner"], 1 if learner else 0)
         yield role
         yield _gauge("rill_raft_leader_id", "The leader this node knows of (0: none)", status.leader)
@@ -135,7 +135,7 @@ class NodeCollector(Collector):
         yield _counter("rill_tiering_segments_uploaded_total", "Segments uploaded and recorded", worker.uploaded)
         yield _gauge("rill_tiering_store_available", "1 while the object store answers", 1 if worker.available else 0)
         cache = self.engine.cold
-        hits, misses = (cache.hits, cache.fetches) if isinstance(cache, SegmentCache) else (0, 0)
-        yield _counter("rill_cold_cache_hits_total", "Reads of evicted ranges served from memory", hits)
-        yield _counter("rill_cold_cache_misses_total", "Segments fetched from the object store for reads", misses)
+        hits, misses = (cache.hits, cache.misses) if isinstance(cache, SegmentCache) else (0, 0)
+        yield _counter("rill_cold_cache_hits_total", "Reads of evicted ranges found in memory", hits)
+        yield _counter("rill_cold_cache_misses_total", "Reads of evicted ranges that had to fetch a segment", misses)
         yield _gauge("rill_deletion_queue_length", "Objects queued for deletion", worker.deletion_queue())

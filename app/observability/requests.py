@@ -8,13 +8,16 @@ histogram.
 from __future__ import annotations
 
 import time
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.observability.counters import RequestCounters
 
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"))
-_FAMILIES = (("/ds", "ds"), ("/streams/", "legacy"), ("/v1/stream/", "compat"), ("/_rill/", "cluster"))
+_FAMILIES = (
+    ("/ds", "ds"), ("/streams/", "legacy"), ("/v1/stream/", "compat"), ("/_rill/raft", "raft"), ("/_rill/", "cluster"),
+)  # fmt: skip
 
 
 def family_of(path: str) -> str:
@@ -27,12 +30,9 @@ def family_of(path: str) -> str:
 def live_mode(query: bytes) -> str | None:
     if b"live=" not in query:  # the common case, without parsing
         return None
-    for pair in query.split(b"&"):
-        if pair == b"live=sse":
-            return "sse"
-        if pair == b"live=long-poll":
-            return "long_poll"
-    return None
+    # Decoded as the server reads it (`live=long%2Dpoll` is a long-poll too).
+    modes = {"sse": "sse", "long-poll": "long_poll"}
+    return next((modes[v] for k, v in parse_qsl(query.decode("latin-1")) if k == "live" and v in modes), None)
 
 
 def count_requests(app: ASGIApp, counters: RequestCounters) -> ASGIApp:

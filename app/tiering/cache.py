@@ -26,13 +26,22 @@ class SegmentCache:
         self._size = 0
         self._fetching: dict[str, asyncio.Future[None]] = {}
         self.fetches = 0
-        self.hits = 0  # reads served from memory; `fetches` counts the segments read from the store
+        # Reads of a segment found in memory, and reads that had to wait for it (the read after that
+        # fetch is not a hit); read-ahead turns later misses into hits.
+        self.hits = 0
+        self.misses = 0
+        self._missed: set[str] = set()
 
     def records(self, segment: SegmentInfo, lo: int, hi: int) -> Iterator[tuple[int, memoryview]]:
         loaded = self._segments.get(segment.key)
         if loaded is None:
+            self.misses += 1
+            self._missed.add(segment.key)
             raise ColdMiss(segment)
-        self.hits += 1
+        if segment.key in self._missed:
+            self._missed.discard(segment.key)
+        else:
+            self.hits += 1
         self._segments.move_to_end(segment.key)
         positions, payloads = loaded.positions, loaded.payloads
         i = bisect.bisect_right(positions, lo) - 1

@@ -37,6 +37,8 @@ from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256
 
 log = logging.getLogger("rill.tiering")
 
+DELETION_QUEUE_CAP = 100_000  # what `deletion_queue` counts up to
+
 
 @dataclass
 class TieringConfig:
@@ -103,7 +105,8 @@ class TieringWorker:
         }
 
     def deletion_queue(self) -> int:
-        return sum(1 for _ in self.machine.kv.scan(r.GC_QUEUE, b""))
+        """Objects queued for deletion, counted up to DELETION_QUEUE_CAP (a scrape must stay cheap)."""
+        return sum(1 for _ in itertools.islice(self.machine.kv.scan(r.GC_QUEUE, b""), DELETION_QUEUE_CAP))
 
     async def run_forever(self) -> None:
         while True:

@@ -111,3 +111,58 @@ def test_redirects_keep_the_token(auth_server: RillProcess, redirector: str, cap
     code, out, err = invoke(capsysbinary, "append", "redirected/r", "through a 307", *args)
     assert code == 0, err
     assert invoke(capsysbinary, "read", "redirected/r", "--from", "-1", *args)[1] == b"through a 307"
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """Answers every request with `status` (and a Location of `location`), remembering its headers."""
+
+    status = 307
+    location = ""
+    seen: list[dict[str, str]] = []
+
+    def _answer(self) -> None:
+        self.seen.append({k.lower(): v for k, v in self.headers.items()})
+        self.send_response(self.status)
+        if self.location:
+            self.send_header("location", self.location + self.path)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, int]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, httpd.server_address[1]
+
+
+def test_the_token_never_follows_a_redirect_to_another_host(capsysbinary: Capture) -> None:
+    target_handler = type("Target", (Recorder,), {"status": 204, "seen": []})
+    target, target_port = _serve(target_handler)
+    # Another host name for the same machine: the token must stay behind.
+    redirect = type("Away", (Recorder,), {"location": f"http://localhost:{target_port}", "seen": []})
+    away, away_port = _serve(redirect)
+    try:
+        code, _, err = invoke(capsysbinary, "append", f"http://127.0.0.1:{away_port}/ds/b/s", "x", "--token", TOKEN)
+        assert code == 1 and "another host" in err and f"localhost:{target_port}" in err
+        assert redirect.seen and redirect.seen[0]["authorization"] == f"Bearer {TOKEN}"
+        assert target_handler.seen == []  # nothing went there, let alone the token
+    finally:
+        for httpd in (target, away):
+            httpd.shutdown()
+            httpd.server_close()
+
+
+def test_a_redirect_other_than_307_is_an_error(capsysbinary: Capture) -> None:
+    moved = type("Moved", (Recorder,), {"status": 302, "location": "http://127.0.0.1:9", "seen": []})
+    httpd, port = _serve(moved)
+    try:
+        code, out, err = invoke(capsysbinary, "read", f"http://127.0.0.1:{port}/ds/b/s")
+        assert (code, out) == (1, b"") and "answered 302" in err and err.count("\n") == 1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -294,7 +294,16 @@ async function loadDetails() {
     $("snapshot-preview").hidden = true;
     return;
   }
-  await Promise.all([loadAttrs(url, stream), loadSnapshot(url, stream)]);
+  // Each part on its own: a snapshot the browser cannot fetch (a redirect to another origin, which
+  // the page's CSP forbids) must not hide the attributes, nor the other way round.
+  await Promise.all([
+    loadAttrs(url, stream).catch((error) => partFailed("stream-attrs", stream, error)),
+    loadSnapshot(url, stream).catch((error) => partFailed("stream-snapshot", stream, error)),
+  ]);
+}
+
+function partFailed(id, stream, error) {
+  if (state.stream === stream) $(id).textContent = `could not load: ${error.message || error}`;
 }
 
 async function loadAttrs(url, stream) {
