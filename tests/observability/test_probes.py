@@ -44,6 +44,9 @@ def test_the_cluster_view_shows_every_member(cluster: RillCluster) -> None:
         assert n["term"] >= 1 and n["leader"] == leader and isinstance(n["lag"], int) and n["lag"] >= 0
     for i in cluster.nodes:
         assert httpx.get(cluster.nodes[i].url + "/readyz").status_code == 200
+        # Members answer each other over the signed channel only: a client cannot ask directly.
+        unsigned = httpx.get(cluster.nodes[i].url + "/_rill/status", headers={"x-rill-signature": "v1 nope"})
+        assert unsigned.status_code == 403 and unsigned.json()["error"]["code"] == "forbidden"
 
 
 def test_the_leader_reports_replication_lag_per_peer(cluster: RillCluster) -> None:
