@@ -283,6 +283,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
     requests = RequestCounters()
     streams = StreamRoutes(starlette, auth)
     streams.forwarder.tls = peer_tls
+    starlette.state.forwarder = streams.forwarder
     # Listed origins (or `*` listed) get every method, a token and the protocol's headers; any other
     # origin only reads. Preflights for a write from elsewhere, and the writes' responses, are not
     # approved: no Access-Control-Allow-Origin.

@@ -176,8 +176,17 @@ async def list_members(request: Request) -> Response:
     return await check_admin(request, required=False) or JSONResponse(_describe(request.app.state.engine))
 
 
-def _not_leader(request: Request) -> Response:
-    return to_response(leader_redirect(request.app.state.engine.leader_url(), request.scope))
+async def _not_leader(request: Request, body: bytes = b"") -> Response:
+    """On a follower: the leader's answer when followers forward writes, else a 307 to the leader.
+    Forwarding lets a client that reaches only one node (compose's published ports) change membership."""
+    engine: Engine = request.app.state.engine
+    leader = engine.leader_url()
+    if leader is None or not engine.forward_writes:
+        return to_response(leader_redirect(leader, request.scope))
+    call = Call.from_scope(request.scope, request.receive)
+    forwarder = request.app.state.forwarder
+    reply = await forwarder.forward(call, leader, len(body), body=body, timeout=CATCH_UP_SECONDS + 30)
+    return to_response(reply)
 
 
 async def _change(node: RaftNode, new: Membership) -> Response | None:
@@ -201,7 +210,7 @@ async def add_member(request: Request) -> Response:
     engine: Engine = request.app.state.engine
     node = engine.node
     if not node.is_leader:
-        return _not_leader(request)
+        return await _not_leader(request, await request.body())
     current = engine.membership()
     known = {**current.voters, **current.learners}
     if member.id in known and known[member.id] != member.url.rstrip("/"):
@@ -248,7 +257,7 @@ async def remove_member(request: Request) -> Response:
     engine: Engine = request.app.state.engine
     node = engine.node
     if not node.is_leader:
-        return _not_leader(request)
+        return await _not_leader(request)
     peer = int(raw)
     current = engine.membership()
     if peer not in current.voters and peer not in current.learners:
@@ -257,7 +266,7 @@ async def remove_member(request: Request) -> Response:
         # A leader leaving hands over first; the client repeats the request on the new leader.
         if not await node.transfer_leadership():
             return _error(503, "retry", "could not hand leadership over yet; retry", {"retry-after": "1"})
-        return _not_leader(request)
+        return await _not_leader(request)
     voters = {k: v for k, v in current.voters.items() if k != peer}
     learners = {k: v for k, v in current.learners.items() if k != peer}
     failed = await _change(node, Membership(voters, learners))

@@ -33,15 +33,25 @@ class Forwarder:
         self._idle: dict[str, list[tuple[float, Connection]]] = {}
         self.tls = tls  # for an https:// leader (default: the system's CAs)
 
-    async def forward(self, call: Call, leader: str, max_body: int, budget: BodyBudget | None = None) -> Reply:
-        body = await read_body(call, max_body, budget)
+    async def forward(
+        self,
+        call: Call,
+        leader: str,
+        max_body: int,
+        budget: BodyBudget | None = None,
+        body: bytes | None = None,
+        timeout: float = TIMEOUT_SECONDS,
+    ) -> Reply:
+        """The leader's answer to the request; `body` if the caller already read it."""
+        if body is None:
+            body = await read_body(call, max_body, budget)
         headers = {k: v for k, v in call.headers.items() if k not in _HOP}
         raw = encode_request(call.method, leader_target(leader, call.scope), headers, body)
         conn = self._take(leader)
         try:
             if conn is None:
                 conn = await asyncio.wait_for(connect(leader, self.tls), 2.0)
-            status, content = await asyncio.wait_for(conn.request(raw), TIMEOUT_SECONDS)
+            status, content = await asyncio.wait_for(conn.request(raw), timeout)
         except Exception:  # noqa: BLE001 - whatever failed, the client gets a retryable answer
             if conn is not None:
                 conn.close()
