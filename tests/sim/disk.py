@@ -83,7 +83,7 @@ class Persister(Executor):
         self._queue.append((fn, args, fut))
         if self._timer is None:
             self._schedule()
-        hard_state = args[0] if getattr(fn, "__name__", "") == "save" else None
+        hard_state = args[0] if _is_sync(fn) else None
         vote = (hard_state.term, hard_state.vote) if hard_state is not None and hard_state.vote else None
         if vote is not None and vote != self._vote:  # a vote cast just now
             self._vote = vote
@@ -118,7 +118,7 @@ class Persister(Executor):
     def _run(self, fn: Callable[..., Any], args: tuple[Any, ...], fut: Future[Any]) -> None:
         if not fut.set_running_or_notify_cancel():
             return
-        if getattr(fn, "__name__", "") == "save":
+        if _is_sync(fn):
             self.sim.stats["syncs"] += 1
             self.sim.stats["entries_synced"] += len(args[1])
             self.sim.stats["largest_sync"] = max(self.sim.stats["largest_sync"], len(args[1]))
@@ -150,3 +150,8 @@ class Persister(Executor):
                 self._run(*job)
             else:
                 job[2].cancel()
+
+
+def _is_sync(fn: Callable[..., Any]) -> bool:
+    """A log sync: LogStore.save, or the driver's timed call of it (RaftNode._save)."""
+    return getattr(fn, "__name__", "") in ("save", "_save")
