@@ -254,3 +254,16 @@ def test_a_built_in_bucket_tails_through_its_own_route_family(
     assert http.post("/v1/stream/chat/room 1", headers={"content-type": "text/plain"}, content="hi there").is_success
     expect(page.locator("#tail-log pre.text")).to_have_text("hi there")
     assert console.errors == []
+
+
+def test_large_integers_are_shown_as_sent(console: Console, server: RillProcess, http: httpx.Client) -> None:
+    """JSON.parse would round 12345678901234567891 to ...900: the tail shows the server's text."""
+    assert http.put(f"/ds/{BUCKET}/ids", headers={"content-type": "application/json"}).status_code == 201
+    page = console.page
+    _open(page, server)
+    _open_stream(page, BUCKET, "ids")
+    _start_tail(page, "now")
+    body = '{"id":12345678901234567891}'
+    assert http.post(f"/ds/{BUCKET}/ids", headers={"content-type": "application/json"}, content=body).is_success
+    expect(page.locator("#tail-log pre.json")).to_contain_text("12345678901234567891")
+    assert console.unexpected_errors("/snapshot") == []

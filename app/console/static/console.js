@@ -343,7 +343,11 @@ async function loadSnapshot(url, stream) {
   }
 }
 
+// A run of 16 or more digits may be an integer JSON.parse cannot hold exactly.
+const UNSAFE_INTEGER = /\d{16,}/;
+
 function pretty(text) {
+  if (UNSAFE_INTEGER.test(text)) return text;
   try {
     return JSON.stringify(JSON.parse(text), null, 2);
   } catch {
@@ -426,7 +430,11 @@ function renderBatch({ data, binary, to }) {
     } catch {
       messages = null;
     }
-    if (messages) {
+    if (messages && UNSAFE_INTEGER.test(data)) {
+      // JSON.parse would round integers past 2^53: show the text as the server sent it.
+      count = messages.length === 1 ? "1 message" : `${messages.length} messages`;
+      body.push(el("pre", { className: "msg json" }, data));
+    } else if (messages) {
       count = messages.length === 1 ? "1 message" : `${messages.length} messages`;
       for (const message of messages) body.push(el("pre", { className: "msg json" }, JSON.stringify(message, null, 2)));
     } else {
