@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("storage", "observability.counters"),
     ("raft",),
     ("state_machine",),
-    ("tiering", "pipeline"),
+    ("tiering", "pipeline", "subscriptions"),
     ("node", "cluster", "security", "serving"),
     ("protocol",),
     ("routes", "cluster.routes", "observability", "console"),
