@@ -11,7 +11,7 @@ from enum import Enum
 
 import msgspec
 
-from app.state_machine.records import SegmentInfo
+from app.state_machine.records import SegmentInfo, Subscription
 
 
 class Producer(msgspec.Struct, array_like=True, frozen=True):
@@ -149,6 +149,63 @@ class ForgetObjects(msgspec.Struct, tag="fo", array_like=True):
     keys: list[str]
 
 
+class PutSubscription(msgspec.Struct, tag="su", array_like=True):
+    """Creates a subscription, or confirms one with the same configuration."""
+
+    bucket: str
+    root: str
+    id: str
+    kind: str  # "webhook" or "pull-wake"
+    pattern: str | None
+    streams: list[str]
+    webhook_url: str | None
+    wake_stream: str | None
+    lease_ttl_ms: int
+    description: str | None
+
+
+class DeleteSubscription(msgspec.Struct, tag="du", array_like=True):
+    bucket: str
+    root: str
+    id: str
+
+
+class LinkStreams(msgspec.Struct, tag="ls", array_like=True):
+    """Adds and removes a subscription's explicit streams (paths below its root)."""
+
+    bucket: str
+    root: str
+    id: str
+    add: list[str]
+    remove: list[str]
+
+
+class Claim(msgspec.Struct, tag="cl", array_like=True):
+    """Takes a subscription's lease for `holder` (a pull-wake worker, or the webhook delivery) under
+    a new generation and wake id, unless another holder's lease is still running."""
+
+    bucket: str
+    root: str
+    id: str
+    holder: str
+    wake_id: str
+    token_sha256: str
+
+
+class Ack(msgspec.Struct, tag="ak", array_like=True):
+    """Acknowledges positions (path, position) under the current generation and wake; `done` ends
+    the lease, `release` ends it acknowledging nothing more."""
+
+    bucket: str
+    root: str
+    id: str
+    wake_id: str
+    generation: int
+    token_sha256: str
+    acks: list[tuple[str, int]]
+    done: bool = False
+
+
 Command = (
     CreateBucket
     | DeleteBucket
@@ -165,6 +222,11 @@ Command = (
     | Retain
     | PublishSnapshot
     | DeleteSnapshot
+    | PutSubscription
+    | DeleteSubscription
+    | LinkStreams
+    | Claim
+    | Ack
 )
 
 
@@ -226,6 +288,9 @@ class Code(Enum):
     STALE_EPOCH = "producer_stale_epoch"
     SEQ_GAP = "producer_seq_gap"
     BAD_EPOCH_SEQ = "producer_epoch_seq"
+    SUBSCRIPTION_NOT_FOUND = "subscription_not_found"
+    ALREADY_CLAIMED = "ALREADY_CLAIMED"
+    FENCED = "FENCED"
 
 
 class Outcome(msgspec.Struct):
@@ -243,3 +308,4 @@ class Outcome(msgspec.Struct):
     batch: list[Outcome] | None = None  # AppendBatch: one outcome per frame
     snapshot_pos: int | None = None
     snapshot_sha256: str | None = None
+    subscription: Subscription | None = None  # the subscription as the command left it

@@ -14,23 +14,28 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.raft.messages import MEMBERSHIP, Entry, Membership
-from app.state_machine import buckets, cold_tier, expiry, history, reader, snapshots, streams
+from app.state_machine import buckets, cold_tier, expiry, history, reader, snapshots, streams, subscriptions
 from app.state_machine import records as r
 from app.state_machine.cold_tier import manifest_of
 from app.state_machine.commands import (
+    Ack,
     Append,
     AppendBatch,
+    Claim,
     CollectExpired,
     CreateBucket,
     CreateStream,
     DeleteBucket,
     DeleteSnapshot,
     DeleteStream,
+    DeleteSubscription,
     Envelope,
     Evict,
     ForgetObjects,
+    LinkStreams,
     Outcome,
     PublishSnapshot,
+    PutSubscription,
     Retain,
     SetAttrs,
     TierSegment,
@@ -62,6 +67,11 @@ RULES: dict[type, Rule] = {
     TierSegment: cold_tier.tier_segment,
     Evict: cold_tier.evict,
     ForgetObjects: cold_tier.forget_objects,
+    PutSubscription: subscriptions.put_subscription,
+    DeleteSubscription: subscriptions.delete_subscription,
+    LinkStreams: subscriptions.link_streams,
+    Claim: subscriptions.claim,
+    Ack: subscriptions.ack,
 }
 
 

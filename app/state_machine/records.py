@@ -18,8 +18,11 @@ SM_META = "sm_meta"  # applied index, next sid
 SEGMENTS = "segments"  # sid, first position -> SegmentInfo (tiered to the object store)
 GC_QUEUE = "gc_queue"  # object key -> b"": objects to delete from the object store
 STREAM_SNAPSHOTS = "stream_snapshots"  # sid, position -> PublishedSnapshot (applications' snapshots)
+SUBSCRIPTIONS = "subscriptions"  # bucket \0 root \0 id -> Subscription
 # New families go at the end: a snapshot names a family by its position in this list.
-COLUMN_FAMILIES = ["default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META, SEGMENTS, GC_QUEUE, STREAM_SNAPSHOTS]
+COLUMN_FAMILIES = [
+    "default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META, SEGMENTS, GC_QUEUE, STREAM_SNAPSHOTS, SUBSCRIPTIONS,
+]  # fmt: skip
 
 APPLIED_KEY = b"applied"  # index and term of the last applied entry
 MEMBERSHIP_KEY = b"membership"  # the last applied Membership, as its entry carried it
@@ -245,3 +248,41 @@ def decode_applied(raw: bytes | None) -> tuple[int, int]:
         return U64.unpack(raw)[0], 0
     index, term = _APPLIED.unpack(raw)
     return index, term
+
+
+class Subscription(msgspec.Struct, kw_only=True):
+    """A consumer group over the streams of one scope (a bucket, and a path prefix in it, `root`).
+
+    Stored as a map, so later fields can be added. `acked` holds each stream's acknowledged position
+    (by its path below `root`); `generation` fences a wake or claim, `holder` holds it until
+    `lease_until` (ms, the proposing leader's clock), and `token_sha256` is its bearer token's digest.
+    """
+
+    bucket: str
+    root: str
+    id: str
+    type: str  # "webhook" or "pull-wake"
+    pattern: str | None = None
+    explicit: list[str] = msgspec.field(default_factory=list)
+    webhook_url: str | None = None
+    wake_stream: str | None = None
+    lease_ttl_ms: int = 30_000
+    description: str | None = None
+    created_at: int = 0
+    acked: dict[str, int] = msgspec.field(default_factory=dict)
+    generation: int = 0
+    wake_id: str | None = None
+    holder: str | None = None
+    lease_until: int = 0
+    token_sha256: str | None = None
+
+
+_subscription_decoder = msgspec.msgpack.Decoder(Subscription)
+
+
+def subscription_key(bucket: str, root: str, sub_id: str) -> bytes:
+    return f"{bucket}\0{root}\0{sub_id}".encode()
+
+
+def decode_subscription(raw: bytes) -> Subscription:
+    return _subscription_decoder.decode(raw)
