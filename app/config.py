@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -88,9 +89,20 @@ class Settings(BaseSettings):
         default_factory=list, description="origins whose pages may write (and read with tokens); * for any"
     )
     public_url: str | None = Field(None, description="this node's URL as clients see it, for Location headers")
+    webhook_allowed_networks: list[str] = Field(
+        default_factory=list,
+        description="networks (CIDR) webhooks may reach besides public addresses, e.g. 127.0.0.1/32 for tests",
+    )
     tls_cert: Path | None = Field(None, description="PEM certificate chain: serve HTTPS")
     tls_key: Path | None = Field(None, description="PEM private key of --tls-cert")
     tls_ca: Path | None = Field(None, description="PEM CA bundle to verify peers' certificates (default: system)")
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # a ValueError names the bad one
+        return value
 
     @field_validator("auth", mode="before")
     @classmethod

@@ -38,6 +38,7 @@ from app.state_machine.machine import StateMachine
 from app.state_machine.reader import Chunk, ColdMiss, ColdSource
 from app.state_machine.records import SegmentInfo, StreamMeta
 from app.storage.disk import DiskGuard
+from app.subscriptions.settings import WebhookSettings
 from app.tiering.store import ObjectStore, StoreUnavailable
 
 log = logging.getLogger("rill.engine")
@@ -178,6 +179,7 @@ class Engine:
         self._touching: set[int] = set()
         self._background: set[asyncio.Future[None]] = set()
         self.counters = WriteCounters()
+        self.webhooks: WebhookSettings | None = None  # set by the server: subscriptions are served
 
     async def submit(self, command: Command) -> Outcome:
         if self.machine.untiered_bytes > self.hot_backlog_budget and _adds_data(command):

@@ -48,6 +48,10 @@ from app.storage.disk import DiskGuard
 from app.storage.kv import KV
 from app.storage.rocks import RocksKV
 from app.storage.state_store import StateStore
+from app.subscriptions.delivery import Deliveries
+from app.subscriptions.settings import WebhookSettings
+from app.subscriptions.signing import WebhookSigner
+from app.subscriptions.urls import parse_networks
 from app.tiering.cache import SegmentCache
 from app.tiering.store import FileStore, StoreOptions, open_store
 from app.tiering.worker import TieringConfig, TieringWorker
@@ -215,6 +219,9 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             quotas=Quotas(machine, settings.bucket_quota, settings.bucket_quotas),
         )
         app.state.engine = engine
+        signer = WebhookSigner.from_secret(secret) if secret else WebhookSigner.from_file(data_dir / "webhook.key")
+        engine.webhooks = WebhookSettings(signer, parse_networks(settings.webhook_allowed_networks))
+        deliveries = Deliveries(engine)
         streams.bind(engine)
         tiering = TieringWorker(
             engine,
@@ -246,11 +253,13 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         gc.set_threshold(20_000, 20, 100)
         sweeper = asyncio.create_task(engine.collect_expired_forever())
         tierer = asyncio.create_task(tiering.run_forever())
+        deliverer = asyncio.create_task(deliveries.run_forever())
         try:
             yield
         finally:
             sweeper.cancel()
             tierer.cancel()
+            deliverer.cancel()
             if transport is not None and await node.transfer_leadership():
                 log.info("handed leadership over before shutting down")
             await node.stop()

@@ -162,10 +162,11 @@ def parse_headers(raw_head: bytes) -> list[tuple[str, str]]:
     return pairs
 
 
-def encode_request(method: str, url: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+def encode_request(method: str, url: str, headers: dict[str, str], body: bytes = b"", host: str | None = None) -> bytes:
+    """`host` overrides the Host header (a forwarded request keeps the one its client sent)."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host or parts.netloc}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body

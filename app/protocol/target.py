@@ -102,3 +102,50 @@ def split_subroute(segments: list[str]) -> tuple[str, str, str | None] | None:
     if len(segments) >= 3 and segments[-2] in WITH_OFFSET:
         return "/".join(segments[:-2]), segments[-2], segments[-1]
     return None
+
+
+# The protocol's control routes under a root (a path prefix, possibly empty, in a family):
+# {root}/__ds/jwks.json and {root}/__ds/subscriptions/{id}[/streams[/{path}]|/claim|/ack|/release|/callback].
+SUBSCRIPTION_ID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+_ACTIONS = ("claim", "ack", "release", "callback")
+
+
+@dataclass(frozen=True)
+class ControlTarget:
+    bucket: str
+    root: str  # below the family's base, without slashes at either end; "" for the base itself
+    base: str
+    kind: str  # "jwks", "subscription", "streams", "stream" or one of _ACTIONS
+    sub_id: str | None = None
+    arg: str | None = None  # the stream path of .../streams/{path}
+
+
+def split_control(bucket: str, base: str, segments: list[str]) -> ControlTarget | None:
+    """The control route a path names (`segments` below the family's base), or None."""
+    try:
+        at = segments.index(NAMESPACE)
+    except ValueError:
+        return None
+    root, rest = "/".join(segments[:at]), segments[at + 1 :]
+    if not rest or rest[0] not in ("subscriptions", "jwks.json"):
+        return None
+    if root:
+        validate_stream_id(root)
+    if rest == ["jwks.json"]:
+        return ControlTarget(bucket, root, base, "jwks")
+    if rest[0] != "subscriptions" or len(rest) < 2:
+        raise bad_request("a subscription route names one: __ds/subscriptions/{id}", "invalid_subscription_id")
+    sub_id, tail = rest[1], rest[2:]
+    if not SUBSCRIPTION_ID.fullmatch(sub_id):
+        raise bad_request("subscription ids are 1 to 128 of A-Z, a-z, 0-9 and ._~-", "invalid_subscription_id")
+    if not tail:
+        return ControlTarget(bucket, root, base, "subscription", sub_id)
+    if tail == ["streams"]:
+        return ControlTarget(bucket, root, base, "streams", sub_id)
+    if tail[0] == "streams":
+        path = "/".join(tail[1:])
+        validate_stream_id(path)
+        return ControlTarget(bucket, root, base, "stream", sub_id, path)
+    if len(tail) == 1 and tail[0] in _ACTIONS:
+        return ControlTarget(bucket, root, base, tail[0], sub_id)
+    raise bad_request(f"no such subscription route: {'/'.join(tail)}", "invalid_subscription_route")

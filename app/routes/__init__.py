@@ -21,7 +21,8 @@ from app.protocol.errors import error_reply, render_error
 from app.protocol.extensions import Extension, serve_extension
 from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.streams import serve_stream
-from app.protocol.target import StreamTarget, decode_path
+from app.protocol.subscriptions import LEASE_AUTHORIZED, serve_control
+from app.protocol.target import ControlTarget, StreamTarget, decode_path
 from app.routes import compat, ds, legacy
 from app.routes.forward import Forwarder, leader_redirect
 from app.security.authenticator import Authenticator, unauthorized
@@ -103,6 +104,8 @@ class StreamRoutes:
         try:
             if isinstance(target, str):
                 await serve_bucket(engine, call, target, send)
+            elif isinstance(target, ControlTarget):
+                await serve_control(engine, call, target, send)
             elif isinstance(target, Extension):
                 await serve_extension(engine, call, target, send)
             else:
@@ -127,11 +130,15 @@ class StreamRoutes:
 
         await serve_bucket_list(self.engine, call, visible, send)
 
-    async def _authorize(self, call: Call, target: StreamTarget | Extension | str) -> None:
+    async def _authorize(self, call: Call, target: StreamTarget | Extension | ControlTarget | str) -> None:
         """The one access check of every stream, bucket and sub-resource request."""
+        if isinstance(target, ControlTarget) and (target.kind == "jwks" or target.kind in LEASE_AUTHORIZED):
+            return  # public keys; and acks that carry their lease's own token (checked when applied)
         principal = await self.auth.principal(call.headers)
         if isinstance(target, str):
             bucket, kind = target, "bucket"
+        elif isinstance(target, ControlTarget):
+            bucket, kind = target.bucket, "subscription"
         elif isinstance(target, Extension):
             bucket, kind = target.target.bucket, target.kind
         else:
@@ -142,7 +149,7 @@ class StreamRoutes:
         call.private = not public
 
 
-def _target(scope: Scope) -> StreamTarget | Extension | str:
+def _target(scope: Scope) -> StreamTarget | Extension | ControlTarget | str:
     """What a request names, from the path as the client sent it (strictly decoded, see decode_path)."""
     raw = scope.get("raw_path")
     if raw is None:
@@ -151,7 +158,7 @@ def _target(scope: Scope) -> StreamTarget | Extension | str:
 
 
 @functools.lru_cache(maxsize=4096)  # ids are at most 1 KiB: a few MiB at most
-def _raw_target(raw: bytes, path: str) -> StreamTarget | Extension | str:
+def _raw_target(raw: bytes, path: str) -> StreamTarget | Extension | ControlTarget | str:
     """Remembered per path: the same streams are named over and over (errors are not remembered)."""
     try:
         decoded = decode_path(raw)
@@ -161,7 +168,7 @@ def _raw_target(raw: bytes, path: str) -> StreamTarget | Extension | str:
     return _path_target(decoded)
 
 
-def _path_target(path: str) -> StreamTarget | Extension | str:
+def _path_target(path: str) -> StreamTarget | Extension | ControlTarget | str:
     """What a stream path names: a stream, a /ds sub-resource, or (a /ds bucket) the bucket's id."""
     if path.startswith(ds.PREFIX):
         return ds.target(path)

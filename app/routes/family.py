@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.protocol.target import StreamTarget, validate_stream_id
+from app.protocol.target import ControlTarget, StreamTarget, split_control, validate_stream_id
 
 
 @dataclass(frozen=True)
@@ -12,7 +12,10 @@ class BuiltinFamily:
     bucket: str
     prefix: str
 
-    def target(self, path: str) -> StreamTarget:
+    def target(self, path: str) -> StreamTarget | ControlTarget:
         name = path[len(self.prefix) :]
+        control = split_control(self.bucket, self.prefix, name.split("/"))
+        if control is not None:
+            return control
         validate_stream_id(name)
         return StreamTarget(self.bucket, name, self.prefix)

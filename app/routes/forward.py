@@ -46,7 +46,9 @@ class Forwarder:
         if body is None:
             body = await read_body(call, max_body, budget)
         headers = {k: v for k, v in call.headers.items() if k not in _HOP}
-        raw = encode_request(call.method, leader_target(leader, call.scope), headers, body)
+        # The client's Host goes along, so URLs the leader builds (Location, subscriptions' callback
+        # and JWKS URLs) name the node the client reached, as they would without forwarding.
+        raw = encode_request(call.method, leader_target(leader, call.scope), headers, body, call.headers.get("host"))
         conn = self._take(leader)
         try:
             if conn is None:

@@ -162,6 +162,7 @@ class PutSubscription(msgspec.Struct, tag="su", array_like=True):
     wake_stream: str | None
     lease_ttl_ms: int
     description: str | None
+    base_url: str = ""  # the root's URL as its creator reached it, for callback URLs
 
 
 class DeleteSubscription(msgspec.Struct, tag="du", array_like=True):

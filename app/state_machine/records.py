@@ -268,6 +268,7 @@ class Subscription(msgspec.Struct, kw_only=True):
     wake_stream: str | None = None
     lease_ttl_ms: int = 30_000
     description: str | None = None
+    base_url: str = ""  # the root's absolute URL as the creator reached it (for callback URLs)
     created_at: int = 0
     acked: dict[str, int] = msgspec.field(default_factory=dict)
     generation: int = 0

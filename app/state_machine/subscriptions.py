@@ -101,7 +101,7 @@ def put_subscription(table: StreamTable, cmd: PutSubscription, now: int) -> Outc
     wanted = r.Subscription(
         bucket=cmd.bucket, root=cmd.root, id=cmd.id, type=cmd.kind, pattern=cmd.pattern,
         explicit=sorted(set(cmd.streams)), webhook_url=cmd.webhook_url, wake_stream=cmd.wake_stream,
-        lease_ttl_ms=cmd.lease_ttl_ms, description=cmd.description, created_at=now,
+        lease_ttl_ms=cmd.lease_ttl_ms, description=cmd.description, base_url=cmd.base_url, created_at=now,
     )  # fmt: skip
     if found is not None:
         same = all(getattr(found, f) == getattr(wanted, f) for f in _CONFIG) and found.explicit == wanted.explicit
@@ -109,9 +109,21 @@ def put_subscription(table: StreamTable, cmd: PutSubscription, now: int) -> Outc
             message = "the subscription exists with another configuration"
             return Outcome(Code.CONFIG_MISMATCH, message, subscription=found)
         return Outcome(Code.EXISTS, subscription=found)
+    wanted.acked = _tails(table, wanted, list(linked(table, wanted)))
     outcome = _save(table, wanted)
     outcome.code = Code.CREATED
     return outcome
+
+
+def _tails(table: StreamTable, sub: r.Subscription, paths: list[str]) -> dict[str, int]:
+    """A new link starts at its stream's tail: a subscription takes what is appended from then on
+    (a stream made later starts at its beginning)."""
+    out: dict[str, int] = {}
+    for path in paths:
+        sid = table.names.get((sub.bucket, stream_name(sub, path)))
+        if sid is not None:
+            out[path] = table.streams[sid].tail
+    return out
 
 
 def delete_subscription(table: StreamTable, cmd: DeleteSubscription, now: int) -> Outcome:
@@ -129,6 +141,8 @@ def link_streams(table: StreamTable, cmd: LinkStreams, now: int) -> Outcome:
         return _missing()
     explicit = (set(sub.explicit) | set(cmd.add)) - set(cmd.remove)
     acked = {path: pos for path, pos in sub.acked.items() if path not in cmd.remove or path in cmd.add}
+    new = [path for path in cmd.add if path not in acked and path not in linked(table, sub)]
+    acked.update(_tails(table, sub, new))
     return _save(table, msgspec.structs.replace(sub, explicit=sorted(explicit), acked=acked))
 
 

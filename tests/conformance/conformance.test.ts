@@ -1,6 +1,7 @@
 // Runs the Durable Streams conformance suite against a running Rill server.
 // RILL_CONFORMANCE_URL is the base URL (one route family); RILL_LONG_POLL_MS the server's long-poll timeout;
-// RILL_CONFORMANCE_TOKEN, if set, a bearer token every request carries (for a server with auth on).
+// RILL_CONFORMANCE_TOKEN, if set, a bearer token every request carries (for a server with auth on);
+// RILL_CONFORMANCE_SUBSCRIPTIONS=1 runs the subscription tests too (webhooks to 127.0.0.1 allowed).
 import { runConformanceTests } from "@durable-streams/server-conformance-tests"
 
 const baseUrl = process.env.RILL_CONFORMANCE_URL
@@ -21,4 +22,5 @@ if (token) {
 runConformanceTests({
   baseUrl,
   longPollTimeoutMs: Number(process.env.RILL_LONG_POLL_MS ?? "2000"),
+  subscriptions: process.env.RILL_CONFORMANCE_SUBSCRIPTIONS === "1",
 })

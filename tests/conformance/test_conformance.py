@@ -1,4 +1,5 @@
-"""The Durable Streams conformance suite (npm) against a real `rill serve`, once per route family."""
+"""The Durable Streams conformance suite (npm) against a real `rill serve`, once per route family,
+subscriptions included: the suite's webhook receivers listen on 127.0.0.1, which the nodes allow."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from tests.server import RillCluster, RillProcess
 
 HERE = Path(__file__).parent
 LONG_POLL_SECONDS = 2
+WEBHOOKS = {"RILL_WEBHOOK_ALLOWED_NETWORKS": '["127.0.0.1/32"]'}
+ALL_TESTS = 338  # the suite at the version package.json pins, its 6 subscription tests included
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RillProcess]:
     rill = RillProcess(
-        tmp_path_factory.mktemp("conformance") / "data", None, "--long-poll-timeout", str(LONG_POLL_SECONDS)
-    )
+        tmp_path_factory.mktemp("conformance") / "data", None, "--long-poll-timeout", str(LONG_POLL_SECONDS),
+        env=WEBHOOKS,
+    )  # fmt: skip
     rill.start()
     assert httpx.put(rill.url + "/ds/conformance").status_code in (200, 201)
     yield rill
@@ -41,7 +45,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RillProc
         + "\n"
         + toml_entry(admin, ["admin:*"], name="admin")
     )
-    rill = RillProcess(root / "data", None, "--config", str(config), "--long-poll-timeout", str(LONG_POLL_SECONDS))
+    rill = RillProcess(
+        root / "data", None, "--config", str(config), "--long-poll-timeout", str(LONG_POLL_SECONDS), env=WEBHOOKS
+    )
     rill.start()
     as_admin = {"authorization": f"Bearer {admin}"}
     assert httpx.put(rill.url + "/ds/conformance").status_code == 401
@@ -72,7 +78,7 @@ def test_conformance_suite_with_auth_on(secured: tuple[RillProcess, str], family
 def test_conformance_suite_through_a_follower(tmp_path: Path) -> None:
     """A 3-node cluster with its defaults, the suite pointed at a follower: writes are forwarded (Node's
     fetch cannot re-send a binary body on a 307), reads served there."""
-    cluster = RillCluster(tmp_path, 3, "--long-poll-timeout", str(LONG_POLL_SECONDS)).start()
+    cluster = RillCluster(tmp_path, 3, "--long-poll-timeout", str(LONG_POLL_SECONDS), env=WEBHOOKS).start()
     try:
         leader = cluster.wait_for_leader()
         follower = next(i for i in cluster.nodes if i != leader)
@@ -82,7 +88,12 @@ def test_conformance_suite_through_a_follower(tmp_path: Path) -> None:
 
 
 def _run_suite(base: str, token: str | None = None) -> None:
-    env = {**os.environ, "RILL_CONFORMANCE_URL": base, "RILL_LONG_POLL_MS": str(LONG_POLL_SECONDS * 1000)}
+    env = {
+        **os.environ,
+        "RILL_CONFORMANCE_URL": base,
+        "RILL_LONG_POLL_MS": str(LONG_POLL_SECONDS * 1000),
+        "RILL_CONFORMANCE_SUBSCRIPTIONS": "1",
+    }
     if token is not None:
         env["RILL_CONFORMANCE_TOKEN"] = token
     result = subprocess.run(
@@ -99,4 +110,4 @@ def _run_suite(base: str, token: str | None = None) -> None:
     assert summary is not None and "failed" not in summary.group(1), output[-6000:]
     print(f"{base}: {summary.group(1).strip()}")  # shown with -s
     passed = re.search(r"(\d+) passed", summary.group(1))
-    assert passed is not None and int(passed.group(1)) >= 332, summary.group(1)
+    assert passed is not None and int(passed.group(1)) == ALL_TESTS, summary.group(1)  # none skipped

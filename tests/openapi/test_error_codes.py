@@ -142,5 +142,5 @@ def test_the_error_schema_uses_the_enum() -> None:
     enum = schemas["ErrorCode"]["enum"]
     assert len(enum) == len(set(enum)) and enum == sorted(enum)
     # Every code has its one-line description.
-    described = re.findall(r"^\s*\* `([a-z0-9_]+)`", schemas["ErrorCode"]["description"], re.MULTILINE)
+    described = re.findall(r"^\s*\* `([A-Za-z0-9_]+)`", schemas["ErrorCode"]["description"], re.MULTILINE)
     assert sorted(described) == enum

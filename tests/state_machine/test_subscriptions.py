@@ -156,7 +156,14 @@ def test_pending_streams_and_delete(m: Machine) -> None:
     m.stream("events/a", b'{"n":1}')
     m.stream("events/b")
     m.one(put())
-    assert subs.pending(m.sm.table, m.sub()) == {"events/a": (-1, m.tail("events/a"))}
+    before = m.tail("events/a")
+    assert subs.pending(m.sm.table, m.sub()) == {}  # a subscription takes what comes after it
+    m.one(Append(B, f"{ROOT}/events/a", JSON, memoryview(b'{"n":2}')))
+    m.stream("events/c", b'{"n":3}')  # made later: from its beginning
+    assert subs.pending(m.sm.table, m.sub()) == {
+        "events/a": (before, m.tail("events/a")),
+        "events/c": (-1, m.tail("events/c")),
+    }
     deleted, again = m.apply(DeleteSubscription(B, ROOT, "s1"), DeleteSubscription(B, ROOT, "s1"))
     assert (deleted.code, again.code) == (Code.DELETED, Code.SUBSCRIPTION_NOT_FOUND)
     assert subs.find(m.sm.table, B, ROOT, "s1") is None

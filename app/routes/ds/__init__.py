@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from app.protocol.buckets import validate_bucket
 from app.protocol.extensions import Extension
-from app.protocol.target import StreamTarget, split_subroute, validate_stream_id
+from app.protocol.target import ControlTarget, StreamTarget, split_control, split_subroute, validate_stream_id
 from app.state_machine.table import BUILTIN_BUCKETS
 
 PREFIX = "/ds/"
 
 
-def target(path: str) -> StreamTarget | Extension | str:
+def target(path: str) -> StreamTarget | Extension | ControlTarget | str:
     """The stream (or stream sub-resource) a /ds path names, or the bucket id when it names a bucket
     (a built-in bucket too: its listing is here, its streams under their own family)."""
     bucket, slash, name = path[len(PREFIX) :].partition("/")
@@ -20,6 +20,9 @@ def target(path: str) -> StreamTarget | Extension | str:
     if not slash:
         return bucket
     base = f"{PREFIX}{bucket}/"
+    control = split_control(bucket, base, name.split("/"))
+    if control is not None:
+        return control
     extension = split_subroute(name.split("/"))
     if extension is not None:
         stream, kind, arg = extension

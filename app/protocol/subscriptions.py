@@ -1,0 +1,268 @@
+"""The protocol's subscriptions under a root: `{root}/__ds/subscriptions/{id}` (PUT, GET, DELETE),
+its `streams`, the pull-wake `claim`, `ack` and `release`, the webhook `callback`, and
+`{root}/__ds/jwks.json` with the key webhook deliveries are signed with.
+
+A lease's bearer token (from a claim, or a webhook's `callback_token`) authorizes its ack, release
+and callback; only its SHA-256 is replicated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any, Literal
+
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.types import Send
+
+from app.domain.errors import ProtocolError, bad_request
+from app.domain.offsets import format_offset, parse_position
+from app.node import Engine
+from app.protocol.bodies import read_body
+from app.protocol.errors import answer, error_reply
+from app.protocol.http import Call, Reply
+from app.protocol.responses import NO_STORE, raise_for
+from app.protocol.target import ControlTarget, validate_stream_id
+from app.state_machine import records as r
+from app.state_machine import subscriptions as rules
+from app.state_machine.commands import Ack, Claim, Code, DeleteSubscription, LinkStreams, Outcome, PutSubscription
+from app.subscriptions.signing import JWKS_MEDIA_TYPE
+from app.subscriptions.urls import WebhookUrlRejected, check_webhook_url
+
+MAX_BODY = 64 * 1024
+_json = msgspec.json.Encoder()
+_JSON = {"content-type": "application/json", "cache-control": NO_STORE}
+ALLOWED = {
+    "jwks": ("GET", "HEAD"),
+    "subscription": ("GET", "HEAD", "PUT", "DELETE"),
+    "streams": ("POST",),
+    "stream": ("DELETE",),
+    "claim": ("POST",),
+    "ack": ("POST",),
+    "release": ("POST",),
+    "callback": ("POST",),
+}
+LEASE_AUTHORIZED = ("ack", "release", "callback")  # the lease's own token, not a user's
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class WebhookSpec(_Body):
+    url: str = Field(max_length=2048)
+
+
+class SubscriptionBody(_Body):
+    type: Literal["webhook", "pull-wake"]
+    pattern: str | None = Field(None, min_length=1, max_length=1024)
+    streams: list[str] = Field(default_factory=list, max_length=1000)
+    webhook: WebhookSpec | None = None
+    wake_stream: str | None = Field(None, min_length=1, max_length=1024)
+    lease_ttl_ms: int = Field(30_000, ge=1_000, le=600_000)
+    description: str | None = Field(None, max_length=1024)
+
+
+class StreamsBody(_Body):
+    streams: list[str] = Field(min_length=1, max_length=1000)
+
+
+class ClaimBody(_Body):
+    worker: str = Field(min_length=1, max_length=256)
+
+
+class AckItem(_Body):
+    stream: str = Field(min_length=1, max_length=1024)
+    offset: str
+
+
+class AckBody(_Body):
+    wake_id: str = Field(max_length=128)
+    generation: int = Field(ge=0)
+    acks: list[AckItem] = Field(default_factory=list, max_length=10_000)
+    done: bool = False
+
+
+async def serve_control(engine: Engine, call: Call, target: ControlTarget, send: Send) -> None:
+    await answer(call, send, _dispatch(engine, call, target))
+
+
+async def _dispatch(engine: Engine, call: Call, t: ControlTarget) -> Reply:
+    allowed = ALLOWED[t.kind]
+    if call.method == "OPTIONS":
+        return Reply(204, {"allow": ", ".join((*allowed, "OPTIONS"))})
+    if call.method not in allowed:
+        return error_reply(
+            405, "method_not_allowed", f"{call.method} is not allowed here", {"allow": ", ".join(allowed)}
+        )
+    if engine.webhooks is None:
+        return error_reply(404, "not_found", "subscriptions are not served by this node")
+    if t.kind == "jwks":
+        body = _json.encode(engine.webhooks.signer.jwks())
+        return Reply(200, {"content-type": JWKS_MEDIA_TYPE, "cache-control": "public, max-age=300"}, body)
+    assert t.sub_id is not None
+    if t.kind == "subscription":
+        if call.method == "PUT":
+            return await _put(engine, call, t)
+        if call.method == "DELETE":
+            outcome = await engine.submit(DeleteSubscription(t.bucket, t.root, t.sub_id))
+            _raise(outcome)
+            return Reply(204)
+        await engine.read_barrier()
+        return _view_reply(engine, call, t, _found(engine, t), 200)
+    if t.kind == "streams":
+        body = _parse(StreamsBody, await read_body(call, MAX_BODY))
+        for path in body.streams:
+            validate_stream_id(path)
+        _raise(await engine.submit(LinkStreams(t.bucket, t.root, t.sub_id, body.streams, [])))
+        return Reply(204)
+    if t.kind == "stream":
+        assert t.arg is not None
+        _raise(await engine.submit(LinkStreams(t.bucket, t.root, t.sub_id, [], [t.arg])))
+        return Reply(204)
+    if t.kind == "claim":
+        return await _claim(engine, call, t)
+    return await _ack(engine, call, t)
+
+
+def _parse(model: type[Any], raw: bytes) -> Any:
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+        raise bad_request(f"invalid body: {problems}", "invalid_body") from None
+
+
+def _raise(outcome: Outcome) -> None:
+    if outcome.code is Code.SUBSCRIPTION_NOT_FOUND:
+        raise ProtocolError(404, "SUBSCRIPTION_NOT_FOUND", outcome.message)
+    if outcome.code is Code.FENCED:
+        raise ProtocolError(409, "FENCED", outcome.message)
+    if outcome.code is Code.CONFIG_MISMATCH:
+        raise ProtocolError(409, "SUBSCRIPTION_EXISTS", outcome.message)
+    raise_for(outcome)
+
+
+def _found(engine: Engine, t: ControlTarget) -> r.Subscription:
+    assert t.sub_id is not None
+    sub = rules.find(engine.machine.table, t.bucket, t.root, t.sub_id)
+    if sub is None:
+        raise ProtocolError(404, "SUBSCRIPTION_NOT_FOUND", "no such subscription")
+    return sub
+
+
+async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
+    assert t.sub_id is not None and engine.webhooks is not None
+    body = _parse(SubscriptionBody, await read_body(call, MAX_BODY))
+    for path in body.streams:
+        validate_stream_id(path)
+    if body.pattern is None and not body.streams:
+        raise bad_request("a subscription needs a pattern or streams", "invalid_body")
+    url = None
+    if body.type == "webhook":
+        if body.webhook is None:
+            raise bad_request("a webhook subscription needs webhook.url", "invalid_body")
+        try:
+            check_webhook_url(body.webhook.url, engine.webhooks.allowed)
+        except WebhookUrlRejected as exc:
+            raise ProtocolError(400, "WEBHOOK_URL_REJECTED", str(exc)) from None
+        url = body.webhook.url
+    elif body.wake_stream is None:
+        raise bad_request("a pull-wake subscription needs wake_stream", "invalid_body")
+    else:
+        validate_stream_id(body.wake_stream)
+    command = PutSubscription(
+        t.bucket, t.root, t.sub_id, body.type, body.pattern, body.streams, url,
+        body.wake_stream if body.type == "pull-wake" else None, body.lease_ttl_ms, body.description,
+        root_url(call, engine),
+    )  # fmt: skip
+    outcome = await engine.submit(command)
+    _raise(outcome)
+    assert outcome.subscription is not None
+    return _view_reply(engine, call, t, outcome.subscription, 201 if outcome.code is Code.CREATED else 200)
+
+
+def root_url(call: Call, engine: Engine) -> str:
+    url = call.url(engine.limits.public_url)
+    return url[: url.index("/__ds/")]
+
+
+def streams_view(engine: Engine, sub: r.Subscription) -> list[dict[str, Any]]:
+    table = engine.machine.table
+    out = []
+    for path, kind in sorted(rules.linked(table, sub).items()):
+        sid = table.names.get((sub.bucket, rules.stream_name(sub, path)))
+        acked = sub.acked.get(path, -1)
+        item: dict[str, Any] = {"path": path, "link_type": kind, "acked_offset": _offset(acked)}
+        if sid is not None:
+            tail = table.streams[sid].tail
+            item["tail_offset"] = format_offset(tail)
+            item["has_pending"] = tail > max(acked, 0)
+        out.append(item)
+    return out
+
+
+def _offset(pos: int) -> str:
+    return "-1" if pos < 0 else format_offset(pos)
+
+
+def _view_reply(engine: Engine, call: Call, t: ControlTarget, sub: r.Subscription, status: int) -> Reply:
+    assert engine.webhooks is not None
+    view: dict[str, Any] = {
+        "id": sub.id, "type": sub.type, "pattern": sub.pattern, "streams": streams_view(engine, sub),
+        "lease_ttl_ms": sub.lease_ttl_ms, "description": sub.description, "generation": sub.generation,
+        "holder": sub.holder,
+    }  # fmt: skip
+    if sub.webhook_url is not None:
+        signer = engine.webhooks.signer
+        jwks_url = f"{root_url(call, engine)}/__ds/jwks.json"
+        view["webhook"] = {
+            "url": sub.webhook_url,
+            "signing": {"alg": "ed25519", "kid": signer.kid, "jwks_url": jwks_url},
+        }
+    if sub.wake_stream is not None:
+        view["wake_stream"] = sub.wake_stream
+    return Reply(status, _JSON, _json.encode(view))
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def _claim(engine: Engine, call: Call, t: ControlTarget) -> Reply:
+    assert t.sub_id is not None
+    body = _parse(ClaimBody, await read_body(call, MAX_BODY))
+    token, wake_id = secrets.token_urlsafe(24), "w_" + secrets.token_hex(8)
+    outcome = await engine.submit(Claim(t.bucket, t.root, t.sub_id, body.worker, wake_id, token_digest(token)))
+    if outcome.code is Code.ALREADY_CLAIMED and outcome.subscription is not None:
+        error = {"code": "ALREADY_CLAIMED", "message": outcome.message, "current_holder": outcome.subscription.holder}
+        return Reply(409, _JSON, _json.encode({"error": error}))
+    _raise(outcome)
+    sub = outcome.subscription
+    assert sub is not None
+    claimed = {
+        "subscription_id": sub.id, "wake_id": sub.wake_id, "generation": sub.generation, "token": token,
+        "lease_expires_at": sub.lease_until, "streams": streams_view(engine, sub),
+    }  # fmt: skip
+    return Reply(200, _JSON, _json.encode(claimed))
+
+
+async def _ack(engine: Engine, call: Call, t: ControlTarget) -> Reply:
+    assert t.sub_id is not None
+    scheme, _, token = call.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ProtocolError(401, "unauthorized", "this needs the lease's token as a bearer token")
+    body = _parse(AckBody, await read_body(call, MAX_BODY))
+    acks = []
+    for item in body.acks:
+        acks.append((item.stream, parse_position(item.offset)))
+    done = body.done or t.kind == "release"
+    command = Ack(t.bucket, t.root, t.sub_id, body.wake_id, body.generation, token_digest(token), acks, done)
+    outcome = await engine.submit(command)
+    _raise(outcome)
+    if t.kind == "release":
+        return Reply(204)
+    sub = outcome.subscription
+    next_wake = sub is not None and bool(rules.pending(engine.machine.table, sub))
+    return Reply(200, _JSON, _json.encode({"ok": True, "next_wake": next_wake}))
