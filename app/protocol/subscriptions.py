@@ -8,6 +8,7 @@ and callback; only its SHA-256 is replicated.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 from typing import Any, Literal
@@ -164,7 +165,7 @@ async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
         if body.webhook is None:
             raise bad_request("a webhook subscription needs webhook.url", "invalid_body")
         try:
-            check_webhook_url(body.webhook.url, engine.webhooks.allowed)
+            await asyncio.to_thread(check_webhook_url, body.webhook.url, engine.webhooks.allowed)  # DNS blocks
         except WebhookUrlRejected as exc:
             raise ProtocolError(400, "WEBHOOK_URL_REJECTED", str(exc)) from None
         url = body.webhook.url
