@@ -36,6 +36,7 @@ _json = msgspec.json.Encoder()
 _JSON = {"content-type": "application/json", "cache-control": NO_STORE}
 ALLOWED = {
     "jwks": ("GET", "HEAD"),
+    "list": ("GET", "HEAD"),
     "subscription": ("GET", "HEAD", "PUT", "DELETE"),
     "streams": ("POST",),
     "stream": ("DELETE",),
@@ -102,6 +103,8 @@ async def _dispatch(engine: Engine, call: Call, t: ControlTarget) -> Reply:
     if t.kind == "jwks":
         body = _json.encode(engine.webhooks.signer.jwks())
         return Reply(200, {"content-type": JWKS_MEDIA_TYPE, "cache-control": "public, max-age=300"}, body)
+    if t.kind == "list":
+        return await _consumer_groups(engine, t)
     assert t.sub_id is not None
     if t.kind == "subscription":
         if call.method == "PUT":
@@ -225,6 +228,31 @@ def _view_reply(engine: Engine, call: Call, t: ControlTarget, sub: r.Subscriptio
     if sub.wake_stream is not None:
         view["wake_stream"] = sub.wake_stream
     return Reply(status, _JSON, _json.encode(view))
+
+
+async def _consumer_groups(engine: Engine, t: ControlTarget) -> Reply:
+    """`{stream}/__ds/subscriptions`: every subscription the stream belongs to, with its lag."""
+    meta = await engine.find_latest(t.bucket, t.root)
+    table = engine.machine.table
+    groups = []
+    for _, raw in table.kv.scan(r.SUBSCRIPTIONS, f"{t.bucket}\0".encode()):
+        sub = r.decode_subscription(raw)
+        if sub.bucket != t.bucket:
+            break
+        prefix = f"{sub.root}/" if sub.root else ""
+        path = t.root[len(prefix) :] if t.root.startswith(prefix) else None
+        if path is None or path not in rules.linked(table, sub):
+            continue
+        lag_bytes, lag_messages = rules.lag(table, sub, path)
+        groups.append(
+            {
+                "id": sub.id, "root": sub.root, "type": sub.type, "path": path,
+                "acked_offset": _offset(sub.acked.get(path, -1)), "tail_offset": format_offset(meta.tail),
+                "lag_bytes": lag_bytes, "lag_messages": lag_messages,
+                "holder": sub.holder, "generation": sub.generation,
+            }
+        )  # fmt: skip
+    return Reply(200, _JSON, _json.encode({"stream": t.root, "subscriptions": groups}))
 
 
 def token_digest(token: str) -> str:

@@ -115,7 +115,7 @@ class ControlTarget:
     bucket: str
     root: str  # below the family's base, without slashes at either end; "" for the base itself
     base: str
-    kind: str  # "jwks", "subscription", "streams", "stream" or one of _ACTIONS
+    kind: str  # "jwks", "list", "subscription", "streams", "stream" or one of _ACTIONS
     sub_id: str | None = None
     arg: str | None = None  # the stream path of .../streams/{path}
 
@@ -133,6 +133,8 @@ def split_control(bucket: str, base: str, segments: list[str]) -> ControlTarget 
         validate_stream_id(root)
     if rest == ["jwks.json"]:
         return ControlTarget(bucket, root, base, "jwks")
+    if rest == ["subscriptions"] and root:
+        return ControlTarget(bucket, root, base, "list")  # {stream}/__ds/subscriptions: its consumer groups
     if rest[0] != "subscriptions" or len(rest) < 2:
         raise bad_request("a subscription route names one: __ds/subscriptions/{id}", "invalid_subscription_id")
     sub_id, tail = rest[1], rest[2:]

@@ -173,3 +173,25 @@ def test_with_auth_on_a_subscription_needs_write_and_a_lease_acks_with_its_own_t
         assert done.status_code == 200, done.text
     finally:
         process.stop()
+
+
+def test_a_streams_consumer_groups_show_their_lag(node: RillProcess) -> None:
+    prefix = f"cg-{uid()}"
+    stream = f"{node.url}/v1/stream/{prefix}/orders"
+    httpx.put(stream, headers=JSON)
+    httpx.put(f"{node.url}/v1/stream/{prefix}/wake", headers=JSON, content=b"[]")
+    body = {"type": "pull-wake", "streams": [f"{prefix}/orders"], "wake_stream": f"{prefix}/wake"}
+    assert httpx.put(_sub(node, f"g-{prefix}"), json=body).status_code == 201
+    httpx.post(stream, headers=JSON, content=b'[{"n": 1}, {"n": 2}]')
+    tail = httpx.post(stream, headers=JSON, content=b'{"n": 3}').headers["stream-next-offset"]
+    (group,) = httpx.get(stream + "/__ds/subscriptions").json()["subscriptions"]
+    assert group["id"] == f"g-{prefix}" and group["path"] == f"{prefix}/orders"
+    assert group["lag_messages"] == 3 and group["lag_bytes"] > 0 and group["tail_offset"] == tail
+    assert group["acked_offset"] == "0000000000000000_0000000000000000"  # made empty: from its start
+    claim = httpx.post(_sub(node, f"g-{prefix}") + "/claim", json={"worker": "w"}).json()
+    ack = {"wake_id": claim["wake_id"], "generation": claim["generation"], "done": True}
+    ack["acks"] = [{"stream": f"{prefix}/orders", "offset": tail}]
+    httpx.post(_sub(node, f"g-{prefix}") + "/ack", json=ack, headers={"authorization": f"Bearer {claim['token']}"})
+    (group,) = httpx.get(stream + "/__ds/subscriptions").json()["subscriptions"]
+    assert (group["lag_bytes"], group["lag_messages"], group["acked_offset"]) == (0, 0, tail)
+    assert httpx.get(f"{node.url}/v1/stream/{prefix}/missing/__ds/subscriptions").status_code == 404
