@@ -25,6 +25,7 @@ from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import ControlTarget, validate_stream_id
+from app.security.authenticator import unauthorized
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Claim, Code, DeleteSubscription, LinkStreams, Outcome, PutSubscription
@@ -281,7 +282,7 @@ async def _ack(engine: Engine, call: Call, t: ControlTarget) -> Reply:
     assert t.sub_id is not None
     scheme, _, token = call.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
-        raise ProtocolError(401, "unauthorized", "this needs the lease's token as a bearer token")
+        raise unauthorized("this needs the lease's token as a bearer token")
     body = _parse(AckBody, await read_body(call, MAX_BODY))
     acks = []
     for item in body.acks:
