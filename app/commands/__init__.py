@@ -13,10 +13,10 @@ import sys
 
 import httpx
 
-from app.commands import append, buckets, lifecycle, read, streams, tail
+from app.commands import append, buckets, lifecycle, read, streams, subs, tail
 from app.commands.client import CliError, add_connection_args
 
-NAMES = ("buckets", "streams", "create", "close", "delete", "append", "read", "tail")
+NAMES = ("buckets", "streams", "create", "close", "delete", "append", "read", "tail", "subs")
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,6 +26,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     append.add_parser(sub, add_connection_args)
     read.add_parser(sub, add_connection_args)
     tail.add_parser(sub, add_connection_args)
+    subs.add_parser(sub, add_connection_args)
 
 
 def main(args: argparse.Namespace) -> int:

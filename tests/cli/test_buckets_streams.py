@@ -99,3 +99,21 @@ def test_a_terminal_gets_a_table_that_fits() -> None:
     assert "2025-01-01T00:00:00.000Z" in text and "…" not in text
     console.print(listing.table([], buckets.COLUMNS, "no buckets"))
     assert "no buckets" in console.export_text()
+
+
+def test_subs_list_and_show(server: RillProcess, capsysbinary: Capture) -> None:
+    base = server.url + "/v1/stream"
+    httpx.put(base + "/subs-cli/wake", headers={"content-type": "application/json"}, content=b"[]")
+    httpx.put(base + "/subs-cli/orders", headers={"content-type": "application/json"})
+    body = {"type": "pull-wake", "streams": ["subs-cli/orders"], "wake_stream": "subs-cli/wake"}
+    assert httpx.put(base + "/__ds/subscriptions/billing", json=body).status_code == 201
+    httpx.post(base + "/subs-cli/orders", headers={"content-type": "application/json"}, content=b'[{"a": 1}, {"a": 2}]')
+    code, out, _ = invoke(capsysbinary, "subs", "list", "/v1/stream/subs-cli/orders", "--server", server.url, "--json")
+    (group,) = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and group["id"] == "billing" and group["lag_messages"] == 2
+    code, out, _ = invoke(capsysbinary, "subs", "show", "/v1/stream", "billing", "--server", server.url)
+    head, row = out.decode().splitlines()
+    assert code == 0 and json.loads(head)["type"] == "pull-wake"
+    assert row.split("\t")[:2] == ["subs-cli/orders", "explicit"]
+    code, _, err = invoke(capsysbinary, "subs", "show", "/v1/stream", "missing", "--server", server.url)
+    assert code == 1 and "404 SUBSCRIPTION_NOT_FOUND" in err
