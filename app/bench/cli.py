@@ -21,6 +21,7 @@ from app.bench.replay import ReplayOptions, run_replay
 from app.bench.report import markdown_table, print_results, write_json
 from app.bench.run import Run
 from app.bench.servers import Server, cpu_seconds, fsync_ms, start_baseline, start_reference, start_rill
+from app.bench.webhooks import WebhookOptions, run_webhooks
 
 Workload = tuple[type, Callable[[Run, Any], Awaitable[dict[str, Any]]]]
 WORKLOADS: dict[str, Workload] = {
@@ -55,6 +56,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         _add_options(p, options)
     cold = workloads.add_parser("cold", help="catch-up reads from the object store vs boto3 fetching the same objects")
     _add_options(cold, ColdOptions)
+    hooks = workloads.add_parser("webhooks", help="webhook deliveries/s and latency with many subscriptions")
+    _add_options(hooks, WebhookOptions)
     soaked = workloads.add_parser(
         "soak", help="long mixed load at a fixed rate: leaks, 5xx, lost or duplicated appends"
     )
@@ -105,6 +108,13 @@ def main(args: argparse.Namespace) -> None:
         print_results("rill bench cold", results)
         if args.json_out:
             write_json(args.json_out, "cold", dataclasses.asdict(cold), results)
+        return
+    if args.workload == "webhooks":
+        hooks = _options(args, WebhookOptions)
+        results = run_webhooks(hooks)
+        print_results("rill bench webhooks", results)
+        if args.json_out:
+            write_json(args.json_out, "webhooks", dataclasses.asdict(hooks), results)
         return
     if args.workload == "soak":
         raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))
