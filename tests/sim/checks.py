@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.raft.log_store import LogStore
 from app.raft.messages import AppendResponse, Entry, Message, VoteResponse
+from app.state_machine import records as r
 from app.state_machine.commands import Outcome
 from app.state_machine.export import applied_point, export
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
@@ -28,6 +29,7 @@ class Machine(StateMachine):
         super().__init__(kv)
         self.sim = sim
         self.node_id = node_id
+        self.acked: dict[tuple[bytes, str], int] = {}  # what this incarnation has applied
 
     def apply(self, entries: list[Entry], known: dict[int, Any] | None = None) -> list[Outcome | None]:
         if entries[0].index != self.applied_index + 1:
@@ -36,7 +38,23 @@ class Machine(StateMachine):
             seen = self.sim.log.setdefault(entry.index, entry)
             if seen != entry:
                 self.sim.fail(f"node {self.node_id} applies {entry} where another applied {seen}")
-        return super().apply(entries, known)
+        results = super().apply(entries, known)
+        self._check_subscriptions()
+        return results
+
+    def _check_subscriptions(self) -> None:
+        """Acknowledged positions never move backwards; one generation has one holder."""
+        for key, raw in self.kv.scan(r.SUBSCRIPTIONS, b""):
+            sub = r.decode_subscription(raw)
+            for path, pos in sub.acked.items():
+                before = self.acked.get((key, path), -1)
+                if pos < before:
+                    self.sim.fail(f"node {self.node_id}: {sub.id} acknowledged {path} at {pos} after {before}")
+                self.acked[(key, path)] = pos
+            if sub.holder is not None:
+                holder = self.sim.holders.setdefault((key, sub.generation), sub.holder)
+                if holder != sub.holder:
+                    self.sim.fail(f"{sub.id} generation {sub.generation} held by {holder} and {sub.holder}")
 
 
 def check_durable(sim: Simulation, member: Member, msg: Message) -> None:
@@ -91,6 +109,10 @@ def settled(sim: Simulation) -> bool:
     leader = sim.leader()
     if leader is None or not sim.reconfigured or not all(c.done for c in sim.clients):
         return False
+    from tests.sim.consumers import WORKERS  # consumers -> process -> checks: imported when used
+
+    if sim.consumers_done < len(WORKERS):
+        return False
     assert leader.current is not None
     commit = leader.current.raft.status().commit
     members = members_now(sim)
@@ -122,5 +144,9 @@ def check(sim: Simulation) -> None:
                 f" but the acknowledged appends were {expected[at : at + 3]}"
                 f" ({len(mine)} in the stream, {len(expected)} acknowledged)"
             )
+    from tests.sim.consumers import consumed
+
+    if not consumed(sim):  # every message reached a consumer at least once
+        raise AssertionError("the subscription still has messages no consumer acknowledged")
     sim.applied = applied_point(members[0].current.raft.machine.kv)[0]  # type: ignore[union-attr]
     sim.trace.update(repr(dumps[0]).encode())

@@ -11,4 +11,6 @@ READERS = 2
 COMPACT_EVERY = 30
 COMPACT_KEEP = 8
 CHECKPOINT_TIMEOUT = 5.0
-STATS = ("acked", "reads", "installs", "crashes", "syncs", "entries_synced", "largest_sync", "messages", "transfers")
+STATS = (
+    "acked", "reads", "installs", "crashes", "syncs", "entries_synced", "largest_sync", "messages", "transfers", "acks",
+)  # fmt: skip

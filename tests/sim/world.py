@@ -39,6 +39,9 @@ class Simulation:
         self.reconfigured = not join
         self.applied = 0  # the final applied index, once checked
         self.removed = 0
+        self.consumers_done = 0
+        # (subscription key, generation) -> its holder, as any replica applied it
+        self.holders: dict[tuple[bytes, int], str] = {}
         self.healing = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.reported: list[BaseException] = []  # driver failures already recorded
