@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.state_machine import records as r
 from app.state_machine.commands import Code, CreateBucket, DeleteBucket, Outcome
 from app.state_machine.expiry import live
+from app.state_machine.subscriptions import delete_subscription_key
 from app.state_machine.table import BUILTIN_BUCKETS, StreamTable
 
 
@@ -31,4 +32,9 @@ def delete_bucket(table: StreamTable, cmd: DeleteBucket, now: int) -> Outcome:
     del table.buckets[cmd.bucket]
     table.bucket_retention.pop(cmd.bucket, None)
     table.batch.delete(r.BUCKETS, cmd.bucket.encode())
+    prefix = f"{cmd.bucket}\0".encode()  # its subscriptions go with it
+    for key, _ in table.kv.scan(r.SUBSCRIPTIONS, prefix):
+        if not key.startswith(prefix):
+            break
+        delete_subscription_key(table, key)
     return Outcome(Code.DELETED)

@@ -129,10 +129,13 @@ def _tails(table: StreamTable, sub: r.Subscription, paths: list[str]) -> dict[st
 def delete_subscription(table: StreamTable, cmd: DeleteSubscription, now: int) -> Outcome:
     if find(table, cmd.bucket, cmd.root, cmd.id) is None:
         return _missing()
-    key = r.subscription_key(cmd.bucket, cmd.root, cmd.id)
+    delete_subscription_key(table, r.subscription_key(cmd.bucket, cmd.root, cmd.id))
+    return Outcome(Code.DELETED)
+
+
+def delete_subscription_key(table: StreamTable, key: bytes) -> None:
     table.batch.delete(r.SUBSCRIPTIONS, key)
     table.staged[(r.SUBSCRIPTIONS, key)] = _DELETED
-    return Outcome(Code.DELETED)
 
 
 def link_streams(table: StreamTable, cmd: LinkStreams, now: int) -> Outcome:

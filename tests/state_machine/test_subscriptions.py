@@ -19,6 +19,7 @@ from app.state_machine.commands import (
     Command,
     CreateBucket,
     CreateStream,
+    DeleteBucket,
     DeleteSubscription,
     LinkStreams,
     Outcome,
@@ -209,3 +210,13 @@ def test_random_histories_keep_the_invariants(m: Machine) -> None:
         assert acked >= seen_acked.get("events/a", -1)
         seen_acked["events/a"] = acked
     assert len(holders) > 10 and seen_acked["events/a"] > 0
+
+
+def test_a_deleted_bucket_takes_its_subscriptions_along(m: Machine) -> None:
+    other = B + "-other"
+    m.one(CreateBucket(other))
+    m.one(PutSubscription(other, "", "s", "pull-wake", "*", [], None, "w", 1000, None))
+    m.one(put())
+    assert m.one(DeleteBucket(other)).code is Code.DELETED
+    assert subs.find(m.sm.table, other, "", "s") is None
+    assert subs.find(m.sm.table, B, ROOT, "s1") is not None  # another bucket's stay
