@@ -31,6 +31,13 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
+# Workloads that start the servers they measure, and report a table of their own.
+SELF_HOSTED: dict[str, tuple[type, Callable[[Any], dict[str, dict[str, Any]]]]] = {
+    "cold": (ColdOptions, run_cold),
+    "webhooks": (WebhookOptions, run_webhooks),
+}
+
+
 def _add_options(parser: argparse.ArgumentParser, options: type, table: bool = True) -> None:
     for f in dataclasses.fields(options):
         flag = "--" + f.name.replace("_", "-")
@@ -102,19 +109,13 @@ async def _measure(urls: list[str], workload: str, options: Any) -> dict[str, An
 def main(args: argparse.Namespace) -> None:
     if args.pin_client is not None:
         os.sched_setaffinity(0, {args.pin_client})
-    if args.workload == "cold":
-        cold = _options(args, ColdOptions)
-        results = run_cold(cold)
-        print_results("rill bench cold", results)
+    if args.workload in SELF_HOSTED:
+        options_type, runner = SELF_HOSTED[args.workload]
+        chosen = _options(args, options_type)
+        results = runner(chosen)
+        print_results(f"rill bench {args.workload}", results)
         if args.json_out:
-            write_json(args.json_out, "cold", dataclasses.asdict(cold), results)
-        return
-    if args.workload == "webhooks":
-        hooks = _options(args, WebhookOptions)
-        results = run_webhooks(hooks)
-        print_results("rill bench webhooks", results)
-        if args.json_out:
-            write_json(args.json_out, "webhooks", dataclasses.asdict(hooks), results)
+            write_json(args.json_out, args.workload, dataclasses.asdict(chosen), results)
         return
     if args.workload == "soak":
         raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))
