@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -26,13 +27,14 @@ from typing import Any, Protocol
 import httpx
 import msgspec
 
+from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Append, Claim, Code, Command, Outcome
 from app.state_machine.machine import StateMachine
 from app.subscriptions.settings import WebhookSettings
-from app.subscriptions.urls import WebhookUrlRejected, check_webhook_url
+from app.subscriptions.urls import Network, WebhookUrlRejected, check_webhook_url
 from app.tiering.backoff import Backoff
 
 log = logging.getLogger("rill.subscriptions")
@@ -69,12 +71,25 @@ def notification(sub: r.Subscription, token: str, streams: list[dict[str, Any]])
     }
 
 
+Post = Callable[[str, bytes, dict[str, str]], Awaitable[httpx.Response]]
+Check = Callable[[str, list[Network]], Awaitable[object]]
+
+
+async def _check_in_thread(url: str, allowed: list[Network]) -> object:
+    return await asyncio.to_thread(check_webhook_url, url, allowed)  # resolving a name blocks
+
+
 class Deliveries:
+    """`post`, `check` (the SSRF rules at delivery time) and `rng` (tokens, jitter) are the real
+    ones unless given: the simulation gives its own, so a seed replays exactly."""
+
     def __init__(
-        self, node: Node, post: Callable[[str, bytes, dict[str, str]], Awaitable[httpx.Response]] | None = None
-    ):
+        self, node: Node, post: Post | None = None, check: Check | None = None, rng: random.Random | None = None
+    ) -> None:
         self.node = node
-        self.backoff: Backoff[bytes] = Backoff(1.0, 60.0, 0.2)
+        self.rng = rng
+        self.backoff: Backoff[bytes] = Backoff(1.0, 60.0, 0.2, rng)
+        self._check = check or _check_in_thread
         self._in_flight: dict[bytes, asyncio.Task[None]] = {}
         self._woken: dict[bytes, tuple[tuple[str, int], ...]] = {}  # pull-wake: the tails last announced
         self._client: httpx.AsyncClient | None = None
@@ -113,8 +128,11 @@ class Deliveries:
             if sub.type == "webhook":
                 if self.backoff.ready(key, now):
                     self._in_flight[key] = asyncio.create_task(self._webhook(key, sub))
-            else:
-                await self._wake(key, sub, pending)
+                continue
+            try:  # one subscription's trouble must not hold up the others
+                await asyncio.wait_for(self._wake(key, sub, pending), TIMEOUT_SECONDS)
+            except (ProtocolError, TimeoutError) as exc:
+                log.info("could not wake subscription %r: %s", sub.id, getattr(exc, "message", "timed out"))
 
     def _streams(self, sub: r.Subscription) -> list[dict[str, Any]]:
         table = self.node.machine.table
@@ -141,9 +159,20 @@ class Deliveries:
         else:
             log.info("could not wake subscription %r on %r: %s", sub.id, sub.wake_stream, outcome.code.value)
 
+    def _token(self, size: int) -> str:
+        if self.rng is None:
+            return secrets.token_hex(size)
+        return f"{self.rng.getrandbits(8 * size):0{2 * size}x}"
+
     async def _webhook(self, key: bytes, sub: r.Subscription) -> None:
         try:
-            await self._deliver(key, sub)
+            # Bounded: a proposal whose outcome never comes (its entry went into a checkpoint this
+            # node installed) must not keep the subscription from its next delivery.
+            await asyncio.wait_for(self._deliver(key, sub), 3 * TIMEOUT_SECONDS)
+        except (ProtocolError, TimeoutError) as exc:  # leadership moved, or no quorum: a later pass tries again
+            log.info("webhook for %r deferred: %s", sub.id, getattr(exc, "message", "timed out"))
+        except Exception:
+            log.exception("webhook for %r failed", sub.id)
         finally:
             self._in_flight.pop(key, None)
 
@@ -155,9 +184,9 @@ class Deliveries:
     async def _deliver(self, key: bytes, sub: r.Subscription) -> None:
         webhooks, url = self.node.webhooks, sub.webhook_url
         assert webhooks is not None and url is not None
-        token = secrets.token_urlsafe(24)
+        token = self._token(24)
         claimed = await self.node.submit(
-            Claim(sub.bucket, sub.root, sub.id, WEBHOOK, "w_" + secrets.token_hex(8), digest(token))
+            Claim(sub.bucket, sub.root, sub.id, WEBHOOK, "w_" + self._token(8), digest(token))
         )
         if claimed.code is not Code.OK or claimed.subscription is None:
             return  # a worker holds it, or it is gone
@@ -169,7 +198,7 @@ class Deliveries:
             "webhook-signature": webhooks.signer.sign(body, int(time.time())),
         }
         try:
-            await asyncio.to_thread(check_webhook_url, url, webhooks.allowed)  # names may have moved
+            await self._check(url, webhooks.allowed)  # names may have moved since the subscription was made
             response = await self._post(url, body, headers)
             if not 200 <= response.status_code < 300:
                 raise httpx.HTTPStatusError(

@@ -148,5 +148,8 @@ def check(sim: Simulation) -> None:
 
     if not consumed(sim):  # every message reached a consumer at least once
         raise AssertionError("the subscription still has messages no consumer acknowledged")
+    from tests.sim.webhooks import check_delivered
+
+    check_delivered(sim, {c.stream: machine.lookup(COMPAT_BUCKET, c.stream).tail for c in sim.clients})  # type: ignore[union-attr]
     sim.applied = applied_point(members[0].current.raft.machine.kv)[0]  # type: ignore[union-attr]
     sim.trace.update(repr(dumps[0]).encode())

@@ -44,16 +44,27 @@ def consumed(sim: Simulation) -> bool:
     leader = sim.leader()
     if leader is None or leader.current is None or not all(c.done for c in sim.clients):
         return False
+    from tests.sim.webhooks import HOOKS
+
     table = leader.current.raft.machine.table
-    sub = rules.find(table, *SUBSCRIPTION)
-    return sub is not None and not rules.pending(table, sub)
+    subs = [rules.find(table, *SUBSCRIPTION), rules.find(table, *HOOKS)]
+    return all(sub is not None and not rules.pending(table, sub) for sub in subs)
+
+
+async def subscribe(sim: Simulation, command: PutSubscription) -> None:
+    while (created := await propose(sim, command)) is None or created[0].code not in (Code.CREATED, Code.EXISTS):
+        await sim.sleep(0.05, 0.4)
+
+
+async def webhook_subscription(sim: Simulation) -> None:
+    from tests.sim.webhooks import HOOKS, URL
+
+    await subscribe(sim, PutSubscription(*HOOKS, "webhook", "*", [], URL, None, LEASE_MS, None, "http://sim"))
 
 
 async def consumer(sim: Simulation, worker: str) -> None:
     bucket, root, sub_id = SUBSCRIPTION
-    create = PutSubscription(bucket, root, sub_id, "pull-wake", "*", [], None, "wake", LEASE_MS, None)
-    while (created := await propose(sim, create)) is None or created[0].code not in (Code.CREATED, Code.EXISTS):
-        await sim.sleep(0.05, 0.4)
+    await subscribe(sim, PutSubscription(bucket, root, sub_id, "pull-wake", "*", [], None, "wake", LEASE_MS, None))
     turn = 0
     while not (sim.healing and consumed(sim)):
         await sim.sleep(0.05, 0.8)

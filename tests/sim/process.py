@@ -77,6 +77,10 @@ class Incarnation:
         )
         self.raft.on_failure = self._failed
         self.spawn(self.raft.start())
+        from tests.sim.webhooks import deliveries  # webhooks -> process: imported when a node boots
+
+        self.deliveries = deliveries(self)
+        self.spawn(self.deliveries.run_forever())
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         return asyncio.get_running_loop().create_task(coro, context=self.ctx.copy())

@@ -40,6 +40,7 @@ class Simulation:
         self.applied = 0  # the final applied index, once checked
         self.removed = 0
         self.consumers_done = 0
+        self.delivered: list[dict[str, object]] = []  # notifications the webhook receiver took
         # (subscription key, generation) -> its holder, as any replica applied it
         self.holders: dict[tuple[bytes, int], str] = {}
         self.healing = False
