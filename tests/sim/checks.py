@@ -132,6 +132,10 @@ def check(sim: Simulation) -> None:
         dumps.append([pair for batch in export(member.current.raft.machine.kv) for pair in batch])  # type: ignore[attr-defined]
     for member, dump in zip(members, dumps, strict=True):
         assert dump == dumps[0], f"node {member.id}'s state store differs from node {members[0].id}'s"
+    for member in sim.up():  # no proposal a node has applied past is left waiting
+        raft = member.current.raft  # type: ignore[union-attr]
+        stuck = [i for i, (_, fut) in raft._waiters.items() if i <= raft.status().applied and not fut.done()]
+        assert not stuck, f"node {member.id} has proposals {stuck[:5]} waiting below its applied index"
     machine = members[0].current.raft.machine  # type: ignore[union-attr]
     for client in sim.clients:
         mine = records(stream_content(machine, client.stream), client)  # type: ignore[arg-type]
