@@ -9,7 +9,6 @@ and callback; only its SHA-256 is replicated.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import secrets
 from typing import Any, Literal
 
@@ -29,6 +28,7 @@ from app.security.authenticator import unauthorized
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Claim, Code, DeleteSubscription, LinkStreams, Outcome, PutSubscription
+from app.subscriptions.leases import acked_offset, token_digest
 from app.subscriptions.signing import JWKS_MEDIA_TYPE
 from app.subscriptions.urls import WebhookUrlRejected, check_webhook_url
 
@@ -199,17 +199,13 @@ def streams_view(engine: Engine, sub: r.Subscription) -> list[dict[str, Any]]:
     for path, kind in sorted(rules.linked(table, sub).items()):
         sid = table.names.get((sub.bucket, rules.stream_name(sub, path)))
         acked = sub.acked.get(path, -1)
-        item: dict[str, Any] = {"path": path, "link_type": kind, "acked_offset": _offset(acked)}
+        item: dict[str, Any] = {"path": path, "link_type": kind, "acked_offset": acked_offset(acked)}
         if sid is not None:
             tail = table.streams[sid].tail
             item["tail_offset"] = format_offset(tail)
             item["has_pending"] = tail > max(acked, 0)
         out.append(item)
     return out
-
-
-def _offset(pos: int) -> str:
-    return "-1" if pos < 0 else format_offset(pos)
 
 
 def _view_reply(engine: Engine, call: Call, t: ControlTarget, sub: r.Subscription, status: int) -> Reply:
@@ -248,16 +244,12 @@ async def _consumer_groups(engine: Engine, t: ControlTarget) -> Reply:
         groups.append(
             {
                 "id": sub.id, "root": sub.root, "type": sub.type, "path": path,
-                "acked_offset": _offset(sub.acked.get(path, -1)), "tail_offset": format_offset(meta.tail),
+                "acked_offset": acked_offset(sub.acked.get(path, -1)), "tail_offset": format_offset(meta.tail),
                 "lag_bytes": lag_bytes, "lag_messages": lag_messages,
                 "holder": sub.holder, "generation": sub.generation,
             }
         )  # fmt: skip
     return Reply(200, _JSON, _json.encode({"stream": t.root, "subscriptions": groups}))
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 async def _claim(engine: Engine, call: Call, t: ControlTarget) -> Reply:

@@ -15,7 +15,6 @@ repeated (deliveries are at least once) but an acknowledged position never moves
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import random
@@ -33,6 +32,7 @@ from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Append, Claim, Code, Command, Outcome
 from app.state_machine.machine import StateMachine
+from app.subscriptions.leases import acked_offset, token_digest
 from app.subscriptions.settings import WebhookSettings
 from app.subscriptions.urls import Network, WebhookUrlRejected, check_webhook_url
 from app.tiering.backoff import Backoff
@@ -54,10 +54,6 @@ class Node(Protocol):
     def now_ms(self) -> int: ...
 
     async def submit(self, command: Command) -> Outcome: ...
-
-
-def digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def notification(sub: r.Subscription, token: str, streams: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,13 +132,10 @@ class Deliveries:
 
     def _streams(self, sub: r.Subscription) -> list[dict[str, Any]]:
         table = self.node.machine.table
-        out = []
-        for path, (acked, tail) in sorted(rules.pending(table, sub).items()):
-            acked_offset = "-1" if acked < 0 else format_offset(acked)
-            out.append(
-                {"path": path, "tail_offset": format_offset(tail), "acked_offset": acked_offset, "has_pending": True}
-            )
-        return out
+        return [
+            {"path": path, "tail_offset": format_offset(tail), "acked_offset": acked_offset(acked), "has_pending": True}
+            for path, (acked, tail) in sorted(rules.pending(table, sub).items())
+        ]
 
     async def _wake(self, key: bytes, sub: r.Subscription, pending: dict[str, tuple[int, int]]) -> None:
         """Announces new data on the wake stream, once per change of what is pending."""
@@ -178,7 +171,7 @@ class Deliveries:
 
     async def _release(self, sub: r.Subscription, token: str, acks: list[tuple[str, int]]) -> None:
         """Ends the delivery's lease, acknowledging `acks`."""
-        ack = Ack(sub.bucket, sub.root, sub.id, sub.wake_id or "", sub.generation, digest(token), acks, True)
+        ack = Ack(sub.bucket, sub.root, sub.id, sub.wake_id or "", sub.generation, token_digest(token), acks, True)
         await self.node.submit(ack)
 
     async def _deliver(self, key: bytes, sub: r.Subscription) -> None:
@@ -186,7 +179,7 @@ class Deliveries:
         assert webhooks is not None and url is not None
         token = self._token(24)
         claimed = await self.node.submit(
-            Claim(sub.bucket, sub.root, sub.id, WEBHOOK, "w_" + self._token(8), digest(token))
+            Claim(sub.bucket, sub.root, sub.id, WEBHOOK, "w_" + self._token(8), token_digest(token))
         )
         if claimed.code is not Code.OK or claimed.subscription is None:
             return  # a worker holds it, or it is gone
