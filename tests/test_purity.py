@@ -20,7 +20,7 @@ PURE = sorted([*(APP / "raft").glob("*.py"), *(APP / "state_machine").glob("*.py
 
 LAYERS: list[tuple[str, ...]] = [
     ("domain",),
-    ("storage", "observability.counters"),
+    ("storage", "observability.counters", "runtime"),
     ("raft",),
     ("state_machine",),
     ("tiering", "pipeline", "subscriptions"),

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from app.runtime import blocking
 from app.state_machine import records
 from app.state_machine.export import Pair, applied_point, export, load
 from app.state_machine.machine import StateMachine
@@ -76,22 +77,22 @@ class Checkpoints:
         assert self.node is not None and self.transport is not None
         kv = self.machine.kv
         assert isinstance(kv, RocksKV)
-        path = await asyncio.to_thread(self.store.checkpoint, kv, f"to-{peer}")
-        checkpoint = await asyncio.to_thread(RocksKV, path, records.COLUMN_FAMILIES)
+        path = await blocking.run("checkpoints", self.store.checkpoint, kv, f"to-{peer}")
+        checkpoint = await blocking.run("checkpoints", RocksKV, path, records.COLUMN_FAMILIES)
         try:
             index, index_term = applied_point(checkpoint)
             log.info("sending node %s a checkpoint at index %s", peer, index)
             chunks = self._chunks(checkpoint, term, peer, index, index_term)
             return await self.transport.stream(peer, PATH, chunks)
         finally:
-            await asyncio.to_thread(_discard, checkpoint, path)
+            await blocking.run("checkpoints", _discard, checkpoint, path)
 
     async def _chunks(self, kv: RocksKV, term: int, peer: int, index: int, index_term: int) -> AsyncIterator[bytes]:
         assert self.node is not None
         batches: Iterator[list[Pair]] = export(kv, CHUNK_BYTES)
         seq = 0
         while True:
-            pairs = await asyncio.to_thread(next, batches, None)
+            pairs = await blocking.run("checkpoints", next, batches, None)
             chunk = CheckpointChunk(term, self.node.id, peer, index, index_term, seq, pairs is None, pairs or [])
             yield _encoder.encode(chunk)
             if pairs is None:
@@ -109,19 +110,19 @@ class Checkpoints:
                 await self._abort()
                 if not self.node.can_install_checkpoint(chunk.term, chunk.index):
                     return False
-                self._staging = await asyncio.to_thread(self.store.begin_staging)
+                self._staging = await blocking.run("checkpoints", self.store.begin_staging)
                 self._receiving, self._next_seq = point, 0
             if self._staging is None or point != self._receiving or chunk.seq != self._next_seq:
                 return False
             self._next_seq += 1
             if not chunk.done:
-                await asyncio.to_thread(load, self._staging, chunk.pairs)
+                await blocking.run("checkpoints", load, self._staging, chunk.pairs)
                 return True
             staging, self._staging, self._receiving = self._staging, None, None
             if applied_point(staging) != (chunk.index, chunk.index_term):
                 staging.close()
                 return False
-            await asyncio.to_thread(self.store.complete_staging, staging)
+            await blocking.run("checkpoints", self.store.complete_staging, staging)
             installed = await self.node.install_checkpoint(chunk.term, chunk.src, chunk.index, chunk.index_term)
             if not installed:
                 shutil.rmtree(self.store.staging, ignore_errors=True)
@@ -137,7 +138,7 @@ class Checkpoints:
         staging, self._staging, self._receiving = self._staging, None, None
         if staging is not None:
             staging.close()
-            await asyncio.to_thread(shutil.rmtree, self.store.staging, True)
+            await blocking.run("checkpoints", shutil.rmtree, self.store.staging, True)
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -6,7 +6,6 @@ store first, content-addressed under the stream, and only then proposed.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from urllib.parse import quote
 
@@ -18,6 +17,7 @@ from app.protocol.bodies import read_body
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import StreamTarget
+from app.runtime import blocking
 from app.state_machine.commands import Code, DeleteSnapshot, PublishSnapshot
 from app.state_machine.records import PublishedSnapshot, StreamMeta
 from app.tiering.segment import stream_dir
@@ -75,8 +75,8 @@ async def _upload(engine: Engine, key: str, body: bytes) -> None:
     try:
         if store is None:
             raise StoreUnavailable("no object store is configured")
-        await asyncio.to_thread(store.put, key, body)
-        info = await asyncio.to_thread(store.stat, key)
+        await blocking.run("snapshots", store.put, key, body)
+        info = await blocking.run("snapshots", store.stat, key)
         if info is None or info.size != len(body):
             raise StoreUnavailable(f"uploaded {key} but the store holds something else")
     except StoreUnavailable:
@@ -122,7 +122,7 @@ async def blob(engine: Engine, snapshot: PublishedSnapshot) -> bytes:
     try:
         if engine.store is None:
             raise StoreUnavailable("no object store is configured")
-        data = await asyncio.to_thread(engine.store.get, snapshot.key)
+        data = await blocking.run("snapshots", engine.store.get, snapshot.key)
     except (StoreUnavailable, KeyError):
         data = b""
     if hashlib.sha256(data).hexdigest() != snapshot.sha256:

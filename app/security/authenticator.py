@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from app.domain.errors import ProtocolError
+from app.security.jwks import JWKSUnavailable
 from app.security.jwt_tokens import InvalidToken, JWTConfig, JWTVerifier
 from app.security.scopes import Principal
 from app.security.tokens import TokenConfig, TokenTable
@@ -76,12 +76,14 @@ class Authenticator:
         if cached is not None:
             return cached
         try:
-            if self.jwt.remote:  # the JWKS may have to be fetched: not on the event loop
-                principal = await asyncio.to_thread(self.jwt.verify, token)
-            else:
-                principal = self.jwt.verify(token)
+            principal = await self.jwt.verify(token)
         except InvalidToken as exc:
             raise unauthorized(f"the token is not valid: {exc}", "invalid_token") from None
+        except JWKSUnavailable as exc:
+            # Not a 401: the token may well be valid, and a client told so would only fetch another
+            # token with the same kid. A 503 says to come back, and when.
+            message = "the token's key is not known yet and the JWKS cannot be fetched now"
+            raise ProtocolError(503, "jwks_unavailable", message, {"retry-after": str(exc.retry_after)}) from None
         if len(self._verified) >= _VERIFIED_CACHE:
             self._verified.clear()
         self._verified[token] = principal

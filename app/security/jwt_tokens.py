@@ -2,7 +2,8 @@
 
 The signature, `iss`, `aud`, `exp` and `nbf` are checked by PyJWT; the header's `typ` must be
 `at+jwt` (RFC 9068 section 4) unless configured otherwise. Scopes come from the `scope` claim
-(space-separated) or `scp` (a list); scopes that are not Rill's are ignored.
+(space-separated) or `scp` (a list); scopes that are not Rill's are ignored. Keys at a JWKS URL
+are fetched as `jwks.RemoteJWKS` says.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import jwt
 from pydantic import BaseModel, Field, model_validator
 
+from app.security.jwks import RemoteJWKS, UnknownKid
 from app.security.scopes import Principal, known_scopes, parse_scopes
 
 _ACCESS_TOKEN_TYPES = {"at+jwt", "application/at+jwt"}
@@ -25,6 +27,7 @@ class JWTConfig(BaseModel):
     audience: str = Field(description="the `aud` a token must name: this service")
     jwks_file: Path | None = Field(None, description="a JWKS document on disk")
     jwks_url: str | None = Field(None, description="a JWKS URL, fetched and cached (keys are refetched on a new kid)")
+    jwks_timeout_seconds: float = Field(5.0, gt=0, le=60, description="how long a fetch of jwks_url may take")
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "EdDSA"])
     leeway_seconds: int = Field(30, ge=0, le=300, description="clock skew allowed on exp and nbf")
     require_typ: bool = Field(True, description='the header must say typ "at+jwt", as RFC 9068 asks')
@@ -43,20 +46,20 @@ class InvalidToken(Exception):
 class JWTVerifier:
     def __init__(self, config: JWTConfig) -> None:
         self.config = config
-        self.remote = config.jwks_url is not None
-        self._client = jwt.PyJWKClient(config.jwks_url, cache_keys=True) if config.jwks_url else None
+        self.remote = RemoteJWKS(config.jwks_url, config.jwks_timeout_seconds) if config.jwks_url else None
         self._keys: dict[str, jwt.PyJWK] = {}
         if config.jwks_file is not None:
             keys = jwt.PyJWKSet.from_dict(json.loads(config.jwks_file.read_text())).keys
             self._keys = {k.key_id or "": k for k in keys}
 
-    def verify(self, token: str) -> Principal:
-        """The principal a valid access token stands for; InvalidToken otherwise. May block (a JWKS URL)."""
+    async def verify(self, token: str) -> Principal:
+        """The principal a valid access token stands for; InvalidToken otherwise, and JWKSUnavailable when
+        the token's kid is new and the JWKS URL cannot be fetched. Waits only for a JWKS fetch."""
         try:
             header = jwt.get_unverified_header(token)
             if self.config.require_typ and str(header.get("typ", "")).lower() not in _ACCESS_TOKEN_TYPES:
                 raise InvalidToken("not an access token (typ must be at+jwt)")
-            key = self._key(token, header.get("kid"))
+            key = await self._key(header.get("kid"))
             claims = jwt.decode(
                 token,
                 key,
@@ -70,9 +73,14 @@ class JWTVerifier:
             raise InvalidToken(str(exc)) from None
         return Principal(str(claims["sub"]), parse_scopes(known_scopes(_scopes(claims))), int(claims["exp"]) * 1000)
 
-    def _key(self, token: str, kid: object) -> jwt.PyJWK:
-        if self._client is not None:
-            return self._client.get_signing_key_from_jwt(token)
+    async def _key(self, kid: object) -> jwt.PyJWK:
+        if self.remote is not None:
+            if not isinstance(kid, str):
+                raise InvalidToken("the token's kid is missing or not a string")
+            try:
+                return await self.remote.key(kid)
+            except UnknownKid:
+                raise InvalidToken(f'Unable to find a signing key that matches: "{kid}"') from None
         if isinstance(kid, str) and kid in self._keys:
             return self._keys[kid]
         if kid is None and len(self._keys) == 1:

@@ -12,6 +12,7 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from app.runtime import blocking
 from app.state_machine.reader import ColdMiss
 from app.state_machine.records import SegmentInfo
 from app.tiering import segment as seg
@@ -71,7 +72,7 @@ class SegmentCache:
         await asyncio.shield(pending)
 
     async def _load(self, segment: SegmentInfo) -> None:
-        loaded = await asyncio.to_thread(self._get_checked, segment)
+        loaded = await blocking.run("cold", self._get_checked, segment)
         self.fetches += 1
         self._segments[segment.key] = loaded
         self._size += loaded.size

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
 from app.observability.counters import Histogram
+from app.runtime import blocking
 from app.state_machine import records as r
 from app.state_machine.commands import Code, Command, Evict, ForgetObjects, Outcome, Retain, TierSegment
 from app.state_machine.machine import StateMachine
@@ -203,11 +204,11 @@ class TieringWorker:
         return r.record_time(first)
 
     async def _tier_one(self, meta: StreamMeta) -> bool:
-        built = await asyncio.to_thread(self._build, meta, meta.tiered, meta.tail, self._dir(meta))
+        built = await blocking.run("tiering", self._build, meta, meta.tiered, meta.tail, self._dir(meta))
         if built is None:
             return False
         segment, data = built
-        await asyncio.to_thread(self._upload, segment, data)
+        await blocking.run("tiering", self._upload, segment, data)
         del data, built
         seg.release_memory()
         outcome = await self.node.submit(TierSegment(meta.sid, segment))
@@ -276,7 +277,7 @@ class TieringWorker:
         version, directory = self._version(meta), self._manifest_dir(meta)
         manifest = self._manifest(meta, directory)
         key = f"{directory}/manifest.json"
-        await asyncio.to_thread(self.store.put, key, manifest.to_json())
+        await blocking.run("tiering", self.store.put, key, manifest.to_json())
         self._published[(meta.bucket, meta.name)] = (version, key)
 
     def _manifest_dir(self, meta: StreamMeta) -> str:
@@ -329,7 +330,7 @@ class TieringWorker:
         for key in batch:
             if not self._referenced(key):
                 try:
-                    await asyncio.to_thread(self.store.delete, key)
+                    await blocking.run("tiering", self.store.delete, key)
                 except KeyRejected as exc:
                     failure = self.deletions.failed(key, self.node.now_ms(), str(exc), object=key)
                     log.warning("deleting %.300r failed (attempt %d): %s", key, failure.attempts, exc)

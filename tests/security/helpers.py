@@ -91,16 +91,23 @@ def write_jwks(path: Path, jwks: dict[str, Any]) -> Path:
 
 
 class JWKSServer:
-    """Serves `self.jwks` at http://127.0.0.1:{port}/jwks and counts the fetches."""
+    """Serves `self.jwks` at http://127.0.0.1:{port}/jwks and counts the fetches. While `answering` is
+    clear, a request is read and left without an answer (until it is set again, or the server stops)."""
 
     def __init__(self, jwks: dict[str, Any]) -> None:
         self.jwks = jwks
         self.fetches = 0
+        self.answering = threading.Event()
+        self.answering.set()
+        self.stopping = False
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 owner.fetches += 1
+                owner.answering.wait()
+                if owner.stopping:
+                    return  # its client gave up long ago
                 body = json.dumps(owner.jwks).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
@@ -120,6 +127,8 @@ class JWKSServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping = True
+        self.answering.set()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()

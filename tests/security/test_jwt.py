@@ -6,6 +6,7 @@ served from a file or from a small HTTP server on 127.0.0.1.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from app.domain.errors import ProtocolError
 from app.security.authenticator import Authenticator, AuthSettings
+from app.security.jwks import JWKSUnavailable
 from app.security.jwt_tokens import InvalidToken, JWTConfig, JWTVerifier
 from app.security.scopes import Action, Principal
 from tests.security.helpers import (
@@ -53,19 +55,25 @@ def verifier(jwks_file: Path) -> JWTVerifier:
     return JWTVerifier(jwt_config(jwks_file))
 
 
+def verified(verifier: JWTVerifier, token: str) -> Principal:
+    return asyncio.run(verifier.verify(token))
+
+
 def rejected(verifier: JWTVerifier, token: str) -> str:
     with pytest.raises(InvalidToken) as info:
-        verifier.verify(token)
+        verified(verifier, token)
     return str(info.value)
 
 
 def test_a_valid_rsa_token(verifier: JWTVerifier, keys: SigningKeys) -> None:
     token = mint(keys.rsa, scope="write:acme read:*", sub="svc-42", exp=NOW + 600)
-    assert verifier.verify(token) == Principal("svc-42", {"acme": Action.WRITE, "*": Action.READ}, (NOW + 600) * 1000)
+    assert verified(verifier, token) == Principal(
+        "svc-42", {"acme": Action.WRITE, "*": Action.READ}, (NOW + 600) * 1000
+    )
 
 
 def test_a_valid_ec_token(verifier: JWTVerifier, keys: SigningKeys) -> None:
-    principal = verifier.verify(mint(keys.ec, kid="ec-1", alg="ES256", scope="admin:zeta"))
+    principal = verified(verifier, mint(keys.ec, kid="ec-1", alg="ES256", scope="admin:zeta"))
     assert principal.grants == {"zeta": Action.ADMIN}
 
 
@@ -75,25 +83,25 @@ def test_an_eddsa_token(tmp_path: Path) -> None:
     x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
     jwks = {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "ed-1", "alg": "EdDSA"}]}
     verifier = JWTVerifier(jwt_config(write_jwks(tmp_path / "jwks.json", jwks)))
-    assert verifier.verify(mint(key, kid="ed-1", alg="EdDSA", scope="read")).grants == {"*": Action.READ}
+    assert verified(verifier, mint(key, kid="ed-1", alg="EdDSA", scope="read")).grants == {"*": Action.READ}
 
 
 @pytest.mark.parametrize("typ", ["at+jwt", "AT+JWT", "application/at+jwt"])
 def test_access_token_types(verifier: JWTVerifier, keys: SigningKeys, typ: str) -> None:
-    assert verifier.verify(mint(keys.rsa, typ=typ, scope="read")).grants == {"*": Action.READ}
+    assert verified(verifier, mint(keys.rsa, typ=typ, scope="read")).grants == {"*": Action.READ}
 
 
 def test_a_token_without_kid_when_the_jwks_has_one_key(keys: SigningKeys, tmp_path: Path) -> None:
     jwk = public_jwk(keys.rsa, "rsa-1", "RS256")
     del jwk["kid"]
     verifier = JWTVerifier(jwt_config(write_jwks(tmp_path / "jwks.json", {"keys": [jwk]})))
-    assert verifier.verify(mint(keys.rsa, kid=None, scope="read")).subject == "alice"
+    assert verified(verifier, mint(keys.rsa, kid=None, scope="read")).subject == "alice"
 
 
 def test_exp_and_nbf_within_the_leeway(verifier: JWTVerifier, keys: SigningKeys) -> None:
     """PyJWT allows `leeway_seconds` (30) of clock skew; the Authenticator then holds exp exactly."""
-    assert verifier.verify(mint(keys.rsa, exp=NOW - 10)).expires_at == (NOW - 10) * 1000
-    assert verifier.verify(mint(keys.rsa, nbf=NOW + 10)).subject == "alice"
+    assert verified(verifier, mint(keys.rsa, exp=NOW - 10)).expires_at == (NOW - 10) * 1000
+    assert verified(verifier, mint(keys.rsa, nbf=NOW + 10)).subject == "alice"
 
 
 @pytest.mark.parametrize(
@@ -113,7 +121,7 @@ def test_exp_and_nbf_within_the_leeway(verifier: JWTVerifier, keys: SigningKeys)
 def test_scopes_from_scope_or_scp(
     verifier: JWTVerifier, keys: SigningKeys, claims: dict[str, Any], grants: dict[str, Action]
 ) -> None:
-    assert verifier.verify(mint(keys.rsa, **claims)).grants == grants
+    assert verified(verifier, mint(keys.rsa, **claims)).grants == grants
 
 
 @pytest.mark.parametrize("scope", [42, True, {"admin:*": True}, ["admin:*"], None])
@@ -128,7 +136,7 @@ def test_a_scope_claim_of_another_type_grants_nothing_and_does_not_crash(
         headers={"kid": "rsa-1", "typ": "at+jwt"},
     )
     expected = {"*": Action.ADMIN} if scope == ["admin:*"] else {}  # a list in `scope` reads like `scp`
-    assert verifier.verify(token).grants == expected
+    assert verified(verifier, token).grants == expected
 
 
 def test_wrong_audience(verifier: JWTVerifier, keys: SigningKeys) -> None:
@@ -136,7 +144,7 @@ def test_wrong_audience(verifier: JWTVerifier, keys: SigningKeys) -> None:
 
 
 def test_audience_list_must_name_this_service(verifier: JWTVerifier, keys: SigningKeys) -> None:
-    assert verifier.verify(mint(keys.rsa, aud=["another-api", AUDIENCE])).subject == "alice"
+    assert verified(verifier, mint(keys.rsa, aud=["another-api", AUDIENCE])).subject == "alice"
     rejected(verifier, mint(keys.rsa, aud=["another-api", "third-api"]))
 
 
@@ -166,8 +174,8 @@ def test_only_access_tokens(verifier: JWTVerifier, keys: SigningKeys, typ: str |
 
 def test_typ_not_required_when_configured(keys: SigningKeys, jwks_file: Path) -> None:
     verifier = JWTVerifier(jwt_config(jwks_file, require_typ=False))
-    assert verifier.verify(mint(keys.rsa, typ=None)).subject == "alice"
-    assert verifier.verify(mint(keys.rsa, typ="JWT")).subject == "alice"
+    assert verified(verifier, mint(keys.rsa, typ=None)).subject == "alice"
+    assert verified(verifier, mint(keys.rsa, typ="JWT")).subject == "alice"
 
 
 def test_unknown_kid(verifier: JWTVerifier, keys: SigningKeys) -> None:
@@ -250,8 +258,10 @@ def url_verifier(server: JWKSServer) -> JWTVerifier:
 def test_jwks_url_valid_tokens(jwks_server: JWKSServer, keys: SigningKeys) -> None:
     verifier = url_verifier(jwks_server)
     assert verifier.remote
-    assert verifier.verify(mint(keys.rsa, scope="read:acme")).grants == {"acme": Action.READ}
-    assert verifier.verify(mint(keys.ec, kid="ec-1", alg="ES256", scp=["write:acme"])).grants == {"acme": Action.WRITE}
+    assert verified(verifier, mint(keys.rsa, scope="read:acme")).grants == {"acme": Action.READ}
+    assert verified(verifier, mint(keys.ec, kid="ec-1", alg="ES256", scp=["write:acme"])).grants == {
+        "acme": Action.WRITE
+    }
     assert jwks_server.fetches == 1  # the set is cached
 
 
@@ -266,27 +276,31 @@ def test_jwks_url_refuses_what_the_file_refuses(jwks_server: JWKSServer, keys: S
 
 
 def test_jwks_url_picks_up_a_rotated_key(jwks_server: JWKSServer, keys: SigningKeys) -> None:
-    """A new kid makes the client fetch the set again (PyJWT allows that once per cooldown, 30 s)."""
+    """A new kid makes the verifier fetch the set again, at most once per `refetch_seconds` (10 s)."""
     verifier = url_verifier(jwks_server)
-    assert verifier.verify(mint(keys.rsa)).subject == "alice"
+    assert verified(verifier, mint(keys.rsa)).subject == "alice"
     new_key = ec.generate_private_key(ec.SECP256R1())
     jwks_server.jwks = {"keys": [*jwks_server.jwks["keys"], public_jwk(new_key, "ec-2", "ES256")]}
     rotated = mint(new_key, kid="ec-2", alg="ES256", scope="read")
-    rejected(verifier, rotated)  # within the cooldown: the cached set, no new fetch
+    rejected(verifier, rotated)  # within the refetch interval: the cached set, no new fetch
     assert jwks_server.fetches == 1
-    assert verifier._client is not None
-    verifier._client.cooldown_duration = 0
-    assert verifier.verify(rotated).grants == {"*": Action.READ}
+    assert verifier.remote is not None
+    verifier.remote.refetch_seconds = 0
+    assert verified(verifier, rotated).grants == {"*": Action.READ}
     assert jwks_server.fetches == 2
 
 
-def test_jwks_url_unreachable_is_an_invalid_token(keys: SigningKeys) -> None:
+def test_jwks_url_unreachable_is_unavailable(keys: SigningKeys) -> None:
+    """Not an invalid token: the key is unknown, not wrong (the Authenticator answers 503)."""
     with socket.socket() as bound:  # bound, never listening: connections are refused, and no one else gets the port
         bound.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{bound.getsockname()[1]}/jwks"
         verifier = JWTVerifier(JWTConfig(issuer=ISSUER, audience=AUDIENCE, jwks_url=url))
         started = time.monotonic()
-        assert "fail to fetch data" in rejected(verifier, mint(keys.rsa)).lower()
+        with pytest.raises(JWKSUnavailable) as info:
+            verified(verifier, mint(keys.rsa))
+        assert "cannot be fetched" in str(info.value)
+        assert 1 <= info.value.retry_after <= 10
         assert time.monotonic() - started < 5
 
 
@@ -316,7 +330,11 @@ async def test_authenticator_checks_a_cached_jwt_for_expiry(
     assert await auth.principal(header) is not None
     calls = []
     assert auth.jwt is not None
-    monkeypatch.setattr(auth.jwt, "verify", lambda t: calls.append(t))
+
+    async def verify(token: str) -> None:
+        calls.append(token)
+
+    monkeypatch.setattr(auth.jwt, "verify", verify)
     assert await auth.principal(header) is not None  # from the cache: no second verification
     assert calls == []
     now[0] = (NOW + 60) * 1000
