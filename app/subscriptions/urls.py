@@ -2,9 +2,10 @@
 
 A webhook makes the server send requests on a client's behalf, so a URL must not reach the
 server's own network: every address its host resolves to must be a public one, unless it falls
-in a network the operator allows (`webhook_allowed_networks`, e.g. 127.0.0.1/32 for tests). The
-check returns the addresses it approved, so a delivery can connect to one of them and not to what
-the name resolves to by then (DNS rebinding).
+in a network the operator allows (`webhook_allowed_networks`, e.g. 127.0.0.1/32 for tests). An
+IPv6 address that carries an IPv4 one (mapped, NAT64, 6to4, Teredo) is judged by the IPv4 address
+it leads to. The check returns the addresses it approved, so a delivery connects to one of them
+(app/subscriptions/pinned.py) and not to what the name resolves to by then (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], list[str]]
 MAX_URL_LENGTH = 2048
+
+IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")  # some of it anycast, none of it a webhook's
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # a translator carries the last 32 bits to IPv4
+RESERVED = ipaddress.ip_network("::/8")  # IPv4-mapped, -compatible and -translated forms, and NAT64
 
 
 class WebhookUrlRejected(ValueError):
@@ -37,8 +42,19 @@ def parse_networks(values: Sequence[str]) -> list[Network]:
 
 
 def _public(ip: IPAddress) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+    """Whatever reaches an IPv4 address through a translator or a tunnel is only as public as it."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ip.is_global and not ip.is_multicast and ip not in IETF_PROTOCOL
+    if ip.ipv4_mapped is not None:
         return _public(ip.ipv4_mapped)
+    if ip in NAT64:
+        return _public(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    if ip in RESERVED:
+        return False  # e.g. local-use NAT64 (64:ff9b:1::/48), where the IPv4 address sits is the network's choice
+    if ip.sixtofour is not None:
+        return _public(ip.sixtofour)
+    if ip.teredo is not None and not all(_public(v4) for v4 in ip.teredo):
+        return False
     return ip.is_global and not ip.is_multicast
 
 

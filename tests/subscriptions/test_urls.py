@@ -6,10 +6,10 @@ import ipaddress
 
 import pytest
 
-from app.subscriptions.urls import WebhookUrlRejected, check_webhook_url, parse_networks
+from app.subscriptions.urls import Resolver, WebhookUrlRejected, check_webhook_url, parse_networks
 
 
-def resolver(*addresses: str):  # type: ignore[no-untyped-def]
+def resolver(*addresses: str) -> Resolver:
     return lambda host, port: list(addresses)
 
 
@@ -64,3 +64,43 @@ def test_malformed_urls_are_refused(url: str, reason: str) -> None:
 def test_a_name_that_does_not_resolve_is_refused() -> None:
     with pytest.raises(WebhookUrlRejected, match="does not resolve"):
         check_webhook_url("http://no-such-host.invalid/hook")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::5db8:d822",  # local-use NAT64: where the IPv4 address sits is the network's choice
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "2002:a00:1::1",  # 6to4 of 10.0.0.1
+        "2001:0:808:808:8000:ffff:80ff:fffe",  # Teredo, client 127.0.0.1
+        "2001:0:808:808::a247:27dd",  # Teredo, client public: Teredo is not global either way
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "::ffff:0:7f00:1",  # IPv4-translated 127.0.0.1
+        "192.0.0.8", "192.0.0.9", "192.0.0.10", "192.0.0.170",  # IETF protocol assignments
+    ],
+)  # fmt: skip
+def test_addresses_that_lead_to_internal_ones_are_refused(address: str) -> None:
+    with pytest.raises(WebhookUrlRejected, match="resolves to"):
+        check_webhook_url("http://hooks.example/in", resolver=resolver(address))
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::5db8:d822", "2002:5db8:d822::1"])  # NAT64, 6to4 of 93.184.216.34
+def test_nat64_and_6to4_of_a_public_address_are_allowed(address: str) -> None:
+    assert check_webhook_url("http://hooks.example/in", resolver=resolver(address)) == [ipaddress.ip_address(address)]
+
+
+@pytest.mark.parametrize(
+    ("network", "address"),
+    [("192.0.0.8/32", "192.0.0.8"), ("64:ff9b::/96", "64:ff9b::7f00:1"), ("2002:7f00:1::/48", "2002:7f00:1::")],
+)
+def test_an_allowed_network_admits_addresses_the_rules_refuse(network: str, address: str) -> None:
+    assert check_webhook_url("http://hooks.example/in", parse_networks([network]), resolver=resolver(address))
+
+
+def test_an_allowed_ipv4_network_does_not_admit_a_translation_of_its_addresses() -> None:
+    with pytest.raises(WebhookUrlRejected):  # a NAT64 gateway's 127.0.0.1 is the gateway's, not ours
+        check_webhook_url(
+            "http://hooks.example/in", parse_networks(["127.0.0.1/32"]), resolver=resolver("64:ff9b::7f00:1")
+        )
