@@ -87,11 +87,14 @@ class StateMachine:
         self.table = StreamTable(kv, TailCache(*self._tail_sizes))
         # Called after each apply (and reload) with the streams whose live readers must re-check.
         self.on_change = on_change
+        # Called after an apply that woke subscriptions (their streams grew, or they changed).
+        self.on_woken: Callable[[], None] | None = None
 
     def reload(self, kv: KV) -> None:
         """Starts over from another store: a snapshot installed from the leader."""
         before = set(self.streams)
         self.table = StreamTable(kv, TailCache(*self._tail_sizes))
+        self.table.coverage.woken.update(self.table.coverage.scopes)
         if self.on_change is not None:
             self.on_change(before | set(self.streams))
 
@@ -113,6 +116,8 @@ class StateMachine:
         changed = table.commit(entries[-1].index, entries[-1].term)
         if changed and self.on_change is not None:
             self.on_change(changed)
+        if table.coverage.woken and self.on_woken is not None:
+            self.on_woken()
         return results
 
     def make_durable(self) -> None:

@@ -2,16 +2,15 @@
 lease that one holder at a time takes under a new generation.
 
 A subscription's streams are its explicit ones and, with a pattern, every stream of its scope whose
-path (below `root`) matches it: `*` within one path segment, `**` across segments. Leases are
-decided with the entry's time (the proposing leader's clock), never a clock read here.
-Acknowledged positions only move forward.
+path (below `root`) matches it: `*` within one path segment, `**` across segments (see glob.py);
+wake streams belong to none (see coverage.py). Leases are decided with the entry's time (the
+proposing leader's clock), never a clock read here. Acknowledged positions only move forward.
+
+Each rule's checks are also exposed on their own (`*_refusal`), so the leader can answer a request
+that would be refused from the applied state, without a log entry.
 """
 
 from __future__ import annotations
-
-import functools
-import re
-from collections.abc import Iterator
 
 import msgspec
 
@@ -25,37 +24,12 @@ from app.state_machine.commands import (
     Outcome,
     PutSubscription,
 )
+from app.state_machine.coverage import Scope
+from app.state_machine.glob import PatternRejected, validate_pattern
 from app.state_machine.table import StreamTable
 
 _DELETED = b""  # a staged deletion: no stored subscription is empty
 _CONFIG = ("type", "pattern", "webhook_url", "wake_stream", "lease_ttl_ms", "description")
-
-
-@functools.lru_cache(maxsize=1024)
-def _glob(pattern: str) -> re.Pattern[str]:
-    parts = (".*" if part == "**" else "[^/]*" if part == "*" else re.escape(part) for part in _tokens(pattern))
-    return re.compile("".join(parts))
-
-
-def _tokens(pattern: str) -> Iterator[str]:
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**", i):
-            yield "**"
-            i += 2
-        elif pattern[i] == "*":
-            yield "*"
-            i += 1
-        else:
-            j = i
-            while j < len(pattern) and pattern[j] != "*":
-                j += 1
-            yield pattern[i:j]
-            i = j
-
-
-def matches(pattern: str, path: str) -> bool:
-    return _glob(pattern).fullmatch(path) is not None
 
 
 def find(table: StreamTable, bucket: str, root: str, sub_id: str) -> r.Subscription | None:
@@ -74,41 +48,77 @@ def linked(table: StreamTable, sub: r.Subscription) -> dict[str, str]:
     """The subscription's streams that exist now: path -> "explicit" or "glob"."""
     found: dict[str, str] = {}
     prefix = f"{sub.root}/" if sub.root else ""
-    if sub.pattern is not None:
-        for (bucket, name), sid in table.names.items():
-            if bucket == sub.bucket and name.startswith(prefix) and not table.streams[sid].deleted:
-                path = name[len(prefix) :]
-                if matches(sub.pattern, path):
-                    found[path] = "glob"
+    coverage = table.coverage
+    for sid in coverage.matched(r.subscription_key(sub.bucket, sub.root, sub.id)):
+        meta = table.streams.get(sid)
+        if meta is not None and not meta.deleted and not coverage.is_wake_stream(meta.bucket, meta.name):
+            found[meta.name[len(prefix) :]] = "glob"
     for path in sub.explicit:
-        found[path] = "explicit"
+        if not coverage.is_wake_stream(sub.bucket, prefix + path):
+            found[path] = "explicit"
     return found
 
 
 def _save(table: StreamTable, sub: r.Subscription) -> Outcome:
-    table.stage(r.SUBSCRIPTIONS, r.subscription_key(sub.bucket, sub.root, sub.id), r.encode(sub))
+    key = r.subscription_key(sub.bucket, sub.root, sub.id)
+    table.stage(r.SUBSCRIPTIONS, key, r.encode(sub))
+    table.cover(key, sub)
+    table.coverage.woken.add(key)
     return Outcome(Code.OK, subscription=sub)
 
 
-def _missing() -> Outcome:
+def missing() -> Outcome:
     return Outcome(Code.SUBSCRIPTION_NOT_FOUND, "no such subscription")
 
 
-def put_subscription(table: StreamTable, cmd: PutSubscription, now: int) -> Outcome:
+def put_refusal(table: StreamTable, cmd: PutSubscription) -> Outcome | None:
+    """Why `cmd` cannot create its subscription, whatever exists already; None if it can."""
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND, "no such bucket")
-    found = find(table, cmd.bucket, cmd.root, cmd.id)
-    wanted = r.Subscription(
+    if cmd.pattern is not None:
+        try:
+            validate_pattern(cmd.pattern)
+        except PatternRejected as exc:
+            return Outcome(Code.INVALID_PATTERN, str(exc))
+    if cmd.wake_stream is not None:
+        root = f"{cmd.root}/" if cmd.root else ""
+        if (cmd.bucket, root + cmd.wake_stream) not in table.names:
+            return Outcome(Code.WAKE_STREAM_NOT_FOUND, f"the wake stream {cmd.wake_stream!r} does not exist")
+        if cmd.wake_stream in cmd.streams or Scope.of(_wanted(cmd, 0)).matches(cmd.bucket, root + cmd.wake_stream):
+            return _covers_wake_stream()
+    return None
+
+
+def _covers_wake_stream() -> Outcome:
+    return Outcome(Code.WAKE_STREAM_COVERED, "a subscription cannot cover its own wake stream")
+
+
+def _wanted(cmd: PutSubscription, now: int) -> r.Subscription:
+    return r.Subscription(
         bucket=cmd.bucket, root=cmd.root, id=cmd.id, type=cmd.kind, pattern=cmd.pattern,
         explicit=sorted(set(cmd.streams)), webhook_url=cmd.webhook_url, wake_stream=cmd.wake_stream,
         lease_ttl_ms=cmd.lease_ttl_ms, description=cmd.description, base_url=cmd.base_url, created_at=now,
     )  # fmt: skip
-    if found is not None:
-        same = all(getattr(found, f) == getattr(wanted, f) for f in _CONFIG) and found.explicit == wanted.explicit
-        if not same:
-            message = "the subscription exists with another configuration"
-            return Outcome(Code.CONFIG_MISMATCH, message, subscription=found)
-        return Outcome(Code.EXISTS, subscription=found)
+
+
+def existing_put(table: StreamTable, cmd: PutSubscription) -> Outcome | None:
+    """What a PUT of a subscription that exists answers (it changes nothing); None if it does not exist."""
+    found = find(table, cmd.bucket, cmd.root, cmd.id)
+    if found is None:
+        return None
+    wanted = _wanted(cmd, 0)
+    if any(getattr(found, f) != getattr(wanted, f) for f in _CONFIG) or found.explicit != wanted.explicit:
+        return Outcome(Code.CONFIG_MISMATCH, "the subscription exists with another configuration", subscription=found)
+    return Outcome(Code.EXISTS, subscription=found)
+
+
+def put_subscription(table: StreamTable, cmd: PutSubscription, now: int) -> Outcome:
+    answered = existing_put(table, cmd) or put_refusal(table, cmd)
+    if answered is not None:
+        return answered
+    wanted = _wanted(cmd, now)
+    key = r.subscription_key(wanted.bucket, wanted.root, wanted.id)
+    table.cover(key, wanted)
     wanted.acked = _tails(table, wanted, list(linked(table, wanted)))
     outcome = _save(table, wanted)
     outcome.code = Code.CREATED
@@ -128,7 +138,7 @@ def _tails(table: StreamTable, sub: r.Subscription, paths: list[str]) -> dict[st
 
 def delete_subscription(table: StreamTable, cmd: DeleteSubscription, now: int) -> Outcome:
     if find(table, cmd.bucket, cmd.root, cmd.id) is None:
-        return _missing()
+        return missing()
     delete_subscription_key(table, r.subscription_key(cmd.bucket, cmd.root, cmd.id))
     return Outcome(Code.DELETED)
 
@@ -136,12 +146,24 @@ def delete_subscription(table: StreamTable, cmd: DeleteSubscription, now: int) -
 def delete_subscription_key(table: StreamTable, key: bytes) -> None:
     table.batch.delete(r.SUBSCRIPTIONS, key)
     table.staged[(r.SUBSCRIPTIONS, key)] = _DELETED
+    table.coverage.remove(key)
+
+
+def link_refusal(table: StreamTable, cmd: LinkStreams) -> Outcome | None:
+    sub = find(table, cmd.bucket, cmd.root, cmd.id)
+    if sub is None:
+        return missing()
+    if sub.wake_stream is not None and sub.wake_stream in cmd.add:
+        return _covers_wake_stream()
+    return None
 
 
 def link_streams(table: StreamTable, cmd: LinkStreams, now: int) -> Outcome:
+    refused = link_refusal(table, cmd)
+    if refused is not None:
+        return refused
     sub = find(table, cmd.bucket, cmd.root, cmd.id)
-    if sub is None:
-        return _missing()
+    assert sub is not None
     explicit = (set(sub.explicit) | set(cmd.add)) - set(cmd.remove)
     acked = {path: pos for path, pos in sub.acked.items() if path not in cmd.remove or path in cmd.add}
     new = [path for path in cmd.add if path not in acked and path not in linked(table, sub)]
@@ -149,12 +171,21 @@ def link_streams(table: StreamTable, cmd: LinkStreams, now: int) -> Outcome:
     return _save(table, msgspec.structs.replace(sub, explicit=sorted(explicit), acked=acked))
 
 
-def claim(table: StreamTable, cmd: Claim, now: int) -> Outcome:
+def claim_refusal(table: StreamTable, cmd: Claim, now: int) -> Outcome | None:
     sub = find(table, cmd.bucket, cmd.root, cmd.id)
     if sub is None:
-        return _missing()
+        return missing()
     if sub.holder is not None and sub.holder != cmd.holder and now < sub.lease_until:
         return Outcome(Code.ALREADY_CLAIMED, f"held by {sub.holder}", subscription=sub)
+    return None
+
+
+def claim(table: StreamTable, cmd: Claim, now: int) -> Outcome:
+    refused = claim_refusal(table, cmd, now)
+    if refused is not None:
+        return refused
+    sub = find(table, cmd.bucket, cmd.root, cmd.id)
+    assert sub is not None
     taken = msgspec.structs.replace(
         sub, generation=sub.generation + 1, wake_id=cmd.wake_id, holder=cmd.holder,
         lease_until=now + sub.lease_ttl_ms, token_sha256=cmd.token_sha256,
@@ -162,21 +193,43 @@ def claim(table: StreamTable, cmd: Claim, now: int) -> Outcome:
     return _save(table, taken)
 
 
-def ack(table: StreamTable, cmd: Ack, now: int) -> Outcome:
+def ack_refusal(table: StreamTable, cmd: Ack, now: int) -> Outcome | None:
+    """Why `cmd` would be refused: no such subscription, a fenced wake, or a stream or position it lacks."""
     sub = find(table, cmd.bucket, cmd.root, cmd.id)
     if sub is None:
-        return _missing()
+        return missing()
     current = (sub.generation, sub.wake_id, sub.token_sha256)
     if sub.holder is None or current != (cmd.generation, cmd.wake_id, cmd.token_sha256) or now >= sub.lease_until:
         return Outcome(Code.FENCED, "this wake is no longer the subscription's current one", subscription=sub)
     streams = linked(table, sub)
-    acked = dict(sub.acked)
     for path, pos in cmd.acks:
         sid = table.names.get((sub.bucket, stream_name(sub, path)))
         if path not in streams or sid is None:
             return Outcome(Code.NOT_FOUND, f"{path!r} is not one of the subscription's streams", subscription=sub)
         if pos > table.streams[sid].tail:
             return Outcome(Code.BEYOND_TAIL, f"{path!r} has no position {pos} yet", subscription=sub)
+    return None
+
+
+def ack_changes(table: StreamTable, cmd: Ack, now: int) -> bool:
+    """Whether an ack that is not refused changes anything: it ends the lease, moves a position
+    forward, or renews a lease that has run through half its time (an ack is also a heartbeat)."""
+    sub = find(table, cmd.bucket, cmd.root, cmd.id)
+    if sub is None or cmd.done:
+        return True
+    if any(pos > sub.acked.get(path, -1) for path, pos in cmd.acks):
+        return True
+    return sub.lease_until - now < sub.lease_ttl_ms // 2
+
+
+def ack(table: StreamTable, cmd: Ack, now: int) -> Outcome:
+    refused = ack_refusal(table, cmd, now)
+    if refused is not None:
+        return refused
+    sub = find(table, cmd.bucket, cmd.root, cmd.id)
+    assert sub is not None
+    acked = dict(sub.acked)
+    for path, pos in cmd.acks:
         acked[path] = max(pos, acked.get(path, -1))  # never backwards
     if cmd.done:
         return _save(table, msgspec.structs.replace(sub, acked=acked, holder=None, lease_until=0, token_sha256=None))

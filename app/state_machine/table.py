@@ -7,8 +7,11 @@ writes stay readable to later entries of the same batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from app.raft.messages import Membership, decode_membership
 from app.state_machine import records as r
+from app.state_machine.coverage import Coverage
 from app.state_machine.tail import TailCache
 from app.storage.kv import KV, Batch, Parts, joined
 
@@ -53,6 +56,11 @@ class StreamTable:
             self.names[(meta.bucket, meta.name)] = meta.sid
             self.untiered_bytes += meta.tail - meta.tiered
             self.local_bytes += meta.tail - meta.evicted
+        # Streams the batch in progress created: not yet in the store's name index.
+        self.created: list[r.StreamMeta] = []
+        self.coverage = Coverage()
+        for key, value in kv.scan(r.SUBSCRIPTIONS, b""):
+            self.cover(key, r.decode_subscription(value))
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         """A value as the batch in progress sees it: staged, else committed."""
@@ -77,12 +85,31 @@ class StreamTable:
         self.streams[meta.sid] = meta
         self.names[(meta.bucket, meta.name)] = meta.sid
         self.batch.put(r.NAMES, r.name_key(meta.bucket, meta.name), r.sid_key(meta.sid))
+        self.created.append(meta)
+        self.coverage.stream_added(meta)
+
+    def streams_under(self, bucket: str, prefix: str) -> Iterator[r.StreamMeta]:
+        """The streams of a bucket whose names start with `prefix`, those of the batch in progress included."""
+        start = r.name_key(bucket, prefix)
+        end = start + b"\xff" if prefix else bucket.encode() + b"\x01"
+        for _, value in self.kv.scan(r.NAMES, start, end):
+            meta = self.streams.get(r.U64.unpack(value)[0])
+            if meta is not None:
+                yield meta
+        for meta in self.created:
+            if meta.bucket == bucket and meta.name.startswith(prefix) and self.streams.get(meta.sid) is meta:
+                yield meta
+
+    def cover(self, key: bytes, sub: r.Subscription) -> None:
+        """Brings the coverage index up to a subscription as saved."""
+        self.coverage.put(key, sub, self.streams_under)
 
     def drop(self, meta: r.StreamMeta) -> None:
         """Forgets a stream's metadata and name (its records are the caller's to delete)."""
         del self.streams[meta.sid]
         self.tail.drop(meta.sid)
         del self.names[(meta.bucket, meta.name)]
+        self.coverage.stream_dropped(meta)
         self.dirty.discard(meta.sid)
         self.batch.delete(r.NAMES, r.name_key(meta.bucket, meta.name))
         self.batch.delete(r.STREAMS, r.sid_key(meta.sid))
@@ -108,5 +135,7 @@ class StreamTable:
         self.tail.commit()
         self.batch, self.dirty = Batch(), set()
         self.staged.clear()
+        self.created.clear()
         changed, self.changed = self.changed, set()
+        self.coverage.wake(self.streams[sid] for sid in changed if sid in self.streams)
         return changed

@@ -42,6 +42,7 @@ class Machine:
         self.sm = StateMachine(self.kv)
         self.index = self.sm.applied_index
         assert self.one(CreateBucket(B)).code is Code.CREATED
+        self.stream("wake/pool")
 
     def apply(self, *cmds: Command, now: int = T0) -> list[Outcome]:
         entries = []
@@ -75,13 +76,6 @@ def put(sub_id: str = "s1", pattern: str | None = "events/*", streams: list[str]
 @pytest.fixture()
 def m() -> Machine:
     return Machine()
-
-
-def test_glob_patterns() -> None:
-    assert subs.matches("events/*", "events/a") and not subs.matches("events/*", "events/a/b")
-    assert subs.matches("events/**", "events/a/b") and subs.matches("**", "x/y/z")
-    assert not subs.matches("events/*", "other/a") and subs.matches("a.b/*", "a.b/c")
-    assert not subs.matches("a.b/*", "axb/c")  # the rest of a pattern is literal
 
 
 def test_create_confirm_and_conflict(m: Machine) -> None:
@@ -220,3 +214,15 @@ def test_a_deleted_bucket_takes_its_subscriptions_along(m: Machine) -> None:
     assert m.one(DeleteBucket(other)).code is Code.DELETED
     assert subs.find(m.sm.table, other, "", "s") is None
     assert subs.find(m.sm.table, B, ROOT, "s1") is not None  # another bucket's stay
+
+
+def test_patterns_and_wake_streams_are_checked_when_applied(m: Machine) -> None:
+    """The same checks the routes make, so a forwarded or replayed entry cannot get past them."""
+    m.stream("a" * 1000)
+    assert m.one(put("evil", pattern="**a" * 9 + "**b")).code is Code.INVALID_PATTERN
+    assert m.one(put("hard", pattern="**a" * 7 + "**b")).code is Code.CREATED  # 8 `**`: matched at once
+    missing = PutSubscription(B, ROOT, "m", "pull-wake", "events/*", [], None, "nowhere", 1000, None)
+    assert m.one(missing).code is Code.WAKE_STREAM_NOT_FOUND
+    assert m.one(put("self", pattern="wake/*")).code is Code.WAKE_STREAM_COVERED
+    assert m.one(put("named", pattern=None, streams=["wake/pool"])).code is Code.WAKE_STREAM_COVERED
+    assert m.one(LinkStreams(B, ROOT, "hard", ["wake/pool"], [])).code is Code.WAKE_STREAM_COVERED
