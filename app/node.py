@@ -180,6 +180,8 @@ class Engine:
         self._background: set[asyncio.Future[None]] = set()
         self.counters = WriteCounters()
         self.webhooks: WebhookSettings | None = None  # set by the server: subscriptions are served
+        # The leader's trouble delivering to a subscription (by key), set by the server's deliveries.
+        self.delivery_status: Callable[[bytes], dict[str, Any] | None] = lambda key: None
 
     async def submit(self, command: Command) -> Outcome:
         if self.machine.untiered_bytes > self.hot_backlog_budget and _adds_data(command):

@@ -40,6 +40,7 @@ from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft.messages import Membership
 from app.routes import StreamRoutes
+from app.runtime import blocking
 from app.security.authenticator import Authenticator
 from app.security.quotas import Quotas
 from app.state_machine.machine import StateMachine
@@ -222,6 +223,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         signer = WebhookSigner.from_secret(secret) if secret else WebhookSigner.from_file(data_dir / "webhook.key")
         engine.webhooks = WebhookSettings(signer, parse_networks(settings.webhook_allowed_networks))
         deliveries = Deliveries(engine)
+        engine.delivery_status = deliveries.status
         streams.bind(engine)
         tiering = TieringWorker(
             engine,
@@ -254,6 +256,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         sweeper = asyncio.create_task(engine.collect_expired_forever())
         tierer = asyncio.create_task(tiering.run_forever())
         deliverer = asyncio.create_task(deliveries.run_forever())
+        blocking.start()
         try:
             yield
         finally:
@@ -269,6 +272,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             await streams.forwarder.close()
             machine.kv.close()
             raft_kv.close()
+            blocking.shutdown()  # last: the closes above may still use the pools
 
     starlette = Starlette(
         routes=[

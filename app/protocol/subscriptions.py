@@ -3,13 +3,18 @@ its `streams`, the pull-wake `claim`, `ack` and `release`, the webhook `callback
 `{root}/__ds/jwks.json` with the key webhook deliveries are signed with.
 
 A lease's bearer token (from a claim, or a webhook's `callback_token`) authorizes its ack, release
-and callback; only its SHA-256 is replicated.
+and callback; only its SHA-256 is replicated (see app/subscriptions/leases.py).
+
+Nothing is proposed for a request that will be refused or that changes nothing: the leader checks
+it against the applied state with the state machine's own rules first. Errors of these routes
+carry the protocol's upper-case codes (`FENCED`, `ALREADY_CLAIMED`, ...); those of the shared edge
+(authentication, access, a missing bucket or stream, busy) keep Rill's lower-case ones.
 """
 
 from __future__ import annotations
 
-import asyncio
 import secrets
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -24,10 +29,12 @@ from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import ControlTarget, validate_stream_id
+from app.runtime import blocking
 from app.security.authenticator import unauthorized
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Claim, Code, DeleteSubscription, LinkStreams, Outcome, PutSubscription
+from app.state_machine.glob import MAX_PATTERN_LENGTH, PatternRejected, validate_pattern
 from app.subscriptions.leases import acked_offset, token_digest
 from app.subscriptions.signing import JWKS_MEDIA_TYPE
 from app.subscriptions.urls import WebhookUrlRejected, check_webhook_url
@@ -59,7 +66,7 @@ class WebhookSpec(_Body):
 
 class SubscriptionBody(_Body):
     type: Literal["webhook", "pull-wake"]
-    pattern: str | None = Field(None, min_length=1, max_length=1024)
+    pattern: str | None = Field(None, min_length=1, max_length=MAX_PATTERN_LENGTH)
     streams: list[str] = Field(default_factory=list, max_length=1000)
     webhook: WebhookSpec | None = None
     wake_stream: str | None = Field(None, min_length=1, max_length=1024)
@@ -111,24 +118,42 @@ async def _dispatch(engine: Engine, call: Call, t: ControlTarget) -> Reply:
         if call.method == "PUT":
             return await _put(engine, call, t)
         if call.method == "DELETE":
-            outcome = await engine.submit(DeleteSubscription(t.bucket, t.root, t.sub_id))
-            _raise(outcome)
+            await _refuse_early(engine, lambda: None if _find(engine, t) else rules.missing())
+            _raise(await engine.submit(DeleteSubscription(t.bucket, t.root, t.sub_id)))
             return Reply(204)
         await engine.read_barrier()
         return _view_reply(engine, call, t, _found(engine, t), 200)
-    if t.kind == "streams":
-        body = _parse(StreamsBody, await read_body(call, MAX_BODY))
-        for path in body.streams:
-            validate_stream_id(path)
-        _raise(await engine.submit(LinkStreams(t.bucket, t.root, t.sub_id, body.streams, [])))
-        return Reply(204)
-    if t.kind == "stream":
-        assert t.arg is not None
-        _raise(await engine.submit(LinkStreams(t.bucket, t.root, t.sub_id, [], [t.arg])))
+    if t.kind in ("streams", "stream"):
+        if t.kind == "streams":
+            add, remove = _parse(StreamsBody, await read_body(call, MAX_BODY)).streams, []
+            for path in add:
+                validate_stream_id(path)
+        else:
+            assert t.arg is not None
+            add, remove = [], [t.arg]
+        link = LinkStreams(t.bucket, t.root, t.sub_id, add, remove)
+        await _refuse_early(engine, lambda: rules.link_refusal(engine.machine.table, link))
+        _raise(await engine.submit(link))
         return Reply(204)
     if t.kind == "claim":
         return await _claim(engine, call, t)
     return await _ack(engine, call, t)
+
+
+async def _refuse_early(engine: Engine, refusal: Callable[[], Outcome | None]) -> None:
+    """Raises the refusal the applied state gives, confirmed after a read barrier (a new leader may
+    not have applied all it committed yet); returns when the request may be proposed."""
+    if refusal() is None:
+        return
+    await engine.read_barrier()
+    refused = refusal()
+    if refused is not None:
+        _raise(refused)
+
+
+def _find(engine: Engine, t: ControlTarget) -> r.Subscription | None:
+    assert t.sub_id is not None
+    return rules.find(engine.machine.table, t.bucket, t.root, t.sub_id)
 
 
 def _parse(model: type[Any], raw: bytes) -> Any:
@@ -136,16 +161,25 @@ def _parse(model: type[Any], raw: bytes) -> Any:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
-        raise bad_request(f"invalid body: {problems}", "invalid_body") from None
+        raise bad_request(f"invalid body: {problems}", "INVALID_BODY") from None
+
+
+_SUBSCRIPTION_ERRORS = {
+    Code.SUBSCRIPTION_NOT_FOUND: (404, "SUBSCRIPTION_NOT_FOUND"),
+    Code.FENCED: (409, "FENCED"),
+    Code.CONFIG_MISMATCH: (409, "SUBSCRIPTION_EXISTS"),
+    Code.INVALID_PATTERN: (400, "INVALID_PATTERN"),
+    Code.WAKE_STREAM_NOT_FOUND: (400, "WAKE_STREAM_NOT_FOUND"),
+    Code.WAKE_STREAM_COVERED: (400, "WAKE_STREAM_COVERED"),
+    Code.NOT_FOUND: (400, "STREAM_NOT_LINKED"),  # an ack for a stream that is not the subscription's
+    Code.BEYOND_TAIL: (400, "OFFSET_BEYOND_TAIL"),
+}
 
 
 def _raise(outcome: Outcome) -> None:
-    if outcome.code is Code.SUBSCRIPTION_NOT_FOUND:
-        raise ProtocolError(404, "SUBSCRIPTION_NOT_FOUND", outcome.message)
-    if outcome.code is Code.FENCED:
-        raise ProtocolError(409, "FENCED", outcome.message)
-    if outcome.code is Code.CONFIG_MISMATCH:
-        raise ProtocolError(409, "SUBSCRIPTION_EXISTS", outcome.message)
+    known = _SUBSCRIPTION_ERRORS.get(outcome.code)
+    if known is not None:
+        raise ProtocolError(known[0], known[1], outcome.message)
     raise_for(outcome)
 
 
@@ -163,18 +197,19 @@ async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
     for path in body.streams:
         validate_stream_id(path)
     if body.pattern is None and not body.streams:
-        raise bad_request("a subscription needs a pattern or streams", "invalid_body")
+        raise bad_request("a subscription needs a pattern or streams", "INVALID_BODY")
+    if body.pattern is not None:
+        try:
+            validate_pattern(body.pattern)
+        except PatternRejected as exc:
+            raise ProtocolError(400, "INVALID_PATTERN", str(exc)) from None
     url = None
     if body.type == "webhook":
         if body.webhook is None:
-            raise bad_request("a webhook subscription needs webhook.url", "invalid_body")
-        try:
-            await asyncio.to_thread(check_webhook_url, body.webhook.url, engine.webhooks.allowed)  # DNS blocks
-        except WebhookUrlRejected as exc:
-            raise ProtocolError(400, "WEBHOOK_URL_REJECTED", str(exc)) from None
+            raise bad_request("a webhook subscription needs webhook.url", "INVALID_BODY")
         url = body.webhook.url
     elif body.wake_stream is None:
-        raise bad_request("a pull-wake subscription needs wake_stream", "invalid_body")
+        raise bad_request("a pull-wake subscription needs wake_stream", "INVALID_BODY")
     else:
         validate_stream_id(body.wake_stream)
     command = PutSubscription(
@@ -182,7 +217,16 @@ async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
         body.wake_stream if body.type == "pull-wake" else None, body.lease_ttl_ms, body.description,
         root_url(call, engine),
     )  # fmt: skip
-    outcome = await engine.submit(command)
+    await engine.read_barrier()
+    table = engine.machine.table
+    outcome = rules.existing_put(table, command) or rules.put_refusal(table, command)
+    if outcome is None:
+        if url is not None:
+            try:
+                await blocking.run("webhook_dns", check_webhook_url, url, engine.webhooks.allowed)
+            except WebhookUrlRejected as exc:
+                raise ProtocolError(400, "WEBHOOK_URL_REJECTED", str(exc)) from None
+        outcome = await engine.submit(command)
     _raise(outcome)
     assert outcome.subscription is not None
     return _view_reply(engine, call, t, outcome.subscription, 201 if outcome.code is Code.CREATED else 200)
@@ -224,6 +268,9 @@ def _view_reply(engine: Engine, call: Call, t: ControlTarget, sub: r.Subscriptio
         }
     if sub.wake_stream is not None:
         view["wake_stream"] = sub.wake_stream
+    trouble = engine.delivery_status(r.subscription_key(sub.bucket, sub.root, sub.id))
+    if trouble is not None:
+        view["delivery"] = trouble  # known to the leader only
     return Reply(status, _JSON, _json.encode(view))
 
 
@@ -232,14 +279,12 @@ async def _consumer_groups(engine: Engine, t: ControlTarget) -> Reply:
     meta = await engine.find_latest(t.bucket, t.root)
     table = engine.machine.table
     groups = []
-    for _, raw in table.kv.scan(r.SUBSCRIPTIONS, f"{t.bucket}\0".encode()):
-        sub = r.decode_subscription(raw)
-        if sub.bucket != t.bucket:
-            break
-        prefix = f"{sub.root}/" if sub.root else ""
-        path = t.root[len(prefix) :] if t.root.startswith(prefix) else None
-        if path is None or path not in rules.linked(table, sub):
+    for key in sorted(table.coverage.covering(meta)):
+        raw = table.get(r.SUBSCRIPTIONS, key)
+        if not raw:
             continue
+        sub = r.decode_subscription(raw)
+        path = t.root[len(sub.root) + 1 :] if sub.root else t.root
         lag_bytes, lag_messages = rules.lag(table, sub, path)
         groups.append(
             {
@@ -253,10 +298,16 @@ async def _consumer_groups(engine: Engine, t: ControlTarget) -> Reply:
 
 
 async def _claim(engine: Engine, call: Call, t: ControlTarget) -> Reply:
-    assert t.sub_id is not None
+    assert t.sub_id is not None and engine.webhooks is not None
     body = _parse(ClaimBody, await read_body(call, MAX_BODY))
-    token, wake_id = secrets.token_urlsafe(24), "w_" + secrets.token_hex(8)
-    outcome = await engine.submit(Claim(t.bucket, t.root, t.sub_id, body.worker, wake_id, token_digest(token)))
+    token = engine.webhooks.leases.issue(t.bucket, t.root, t.sub_id)
+    claim = Claim(t.bucket, t.root, t.sub_id, body.worker, "w_" + secrets.token_hex(8), token_digest(token))
+    outcome = rules.claim_refusal(engine.machine.table, claim, engine.now_ms())
+    if outcome is not None:  # confirmed after a read barrier (a new leader may lag what it committed)
+        await engine.read_barrier()
+        outcome = rules.claim_refusal(engine.machine.table, claim, engine.now_ms())
+    if outcome is None:
+        outcome = await engine.submit(claim)
     if outcome.code is Code.ALREADY_CLAIMED and outcome.subscription is not None:
         error = {"code": "ALREADY_CLAIMED", "message": outcome.message, "current_holder": outcome.subscription.holder}
         return Reply(409, _JSON, _json.encode({"error": error}))
@@ -271,20 +322,29 @@ async def _claim(engine: Engine, call: Call, t: ControlTarget) -> Reply:
 
 
 async def _ack(engine: Engine, call: Call, t: ControlTarget) -> Reply:
-    assert t.sub_id is not None
+    """ack, release and callback: a made-up token is refused before anything else, alike whether the
+    subscription exists or not; a stale one is fenced; only an ack that changes something is proposed."""
+    assert t.sub_id is not None and engine.webhooks is not None
     scheme, _, token = call.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise unauthorized("this needs the lease's token as a bearer token")
+    if not engine.webhooks.leases.genuine(token.strip(), t.bucket, t.root, t.sub_id):
+        raise unauthorized("the token is not a lease of this subscription", "invalid_token")
     body = _parse(AckBody, await read_body(call, MAX_BODY))
     acks = []
     for item in body.acks:
         acks.append((item.stream, parse_position(item.offset)))
     done = body.done or t.kind == "release"
-    command = Ack(t.bucket, t.root, t.sub_id, body.wake_id, body.generation, token_digest(token), acks, done)
-    outcome = await engine.submit(command)
-    _raise(outcome)
+    command = Ack(t.bucket, t.root, t.sub_id, body.wake_id, body.generation, token_digest(token.strip()), acks, done)
+    table = engine.machine.table
+    await _refuse_early(engine, lambda: rules.ack_refusal(engine.machine.table, command, engine.now_ms()))
+    if rules.ack_changes(table, command, engine.now_ms()):
+        outcome = await engine.submit(command)
+        _raise(outcome)
+        sub = outcome.subscription
+    else:
+        sub = _find(engine, t)
     if t.kind == "release":
         return Reply(204)
-    sub = outcome.subscription
     next_wake = sub is not None and bool(rules.pending(engine.machine.table, sub))
     return Reply(200, _JSON, _json.encode({"ok": True, "next_wake": next_wake}))

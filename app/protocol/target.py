@@ -150,4 +150,4 @@ def split_control(bucket: str, base: str, segments: list[str]) -> ControlTarget 
         return ControlTarget(bucket, root, base, "stream", sub_id, path)
     if len(tail) == 1 and tail[0] in _ACTIONS:
         return ControlTarget(bucket, root, base, tail[0], sub_id)
-    raise bad_request(f"no such subscription route: {'/'.join(tail)}", "invalid_subscription_route")
+    raise bad_request(f"no such subscription route: {'/'.join(tail)}", "INVALID_SUBSCRIPTION_ROUTE")

@@ -6,21 +6,27 @@ their acknowledgement.
   at the tail the notification showed; otherwise the consumer acknowledges through the callback
   route before the lease runs out. A failed delivery releases the lease and is retried after
   1 s, doubling to 60 s, less up to 20% at random.
-- A pull-wake subscription gets a wake event appended to its wake stream; workers claim it.
+- A pull-wake subscription gets a wake event appended to its wake stream, once per generation (each
+  claim makes a new one), so more data for a wake nobody has claimed yet adds no more events. A wake
+  that cannot be appended is retried after 1 s, doubling to 5 min, and logged at most once a minute.
 
-Only the leader delivers; a new leader starts again from the replicated state, so a wake may be
-repeated (deliveries are at least once) but an acknowledged position never moves back.
+Driven by apply, not by a scan: the state machine's coverage index names the subscriptions whose
+streams grew or that changed, and a timer comes back for a lease that runs out or a retry that
+falls due. Only the leader delivers; a new leader starts by looking at every subscription once,
+so a wake may be repeated (deliveries are at least once) but an acknowledged position never moves
+back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 import json
 import logging
 import random
-import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import httpx
@@ -28,20 +34,23 @@ import msgspec
 
 from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
+from app.runtime import blocking
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Append, Claim, Code, Command, Outcome
 from app.state_machine.machine import StateMachine
 from app.subscriptions.leases import acked_offset, token_digest
+from app.subscriptions.pinned import post_pinned
 from app.subscriptions.settings import WebhookSettings
-from app.subscriptions.urls import Network, WebhookUrlRejected, check_webhook_url
+from app.subscriptions.urls import IPAddress, Network, WebhookUrlRejected, check_webhook_url
 from app.tiering.backoff import Backoff
 
 log = logging.getLogger("rill.subscriptions")
 
 WEBHOOK = "webhook"  # the holder name of a webhook delivery's lease
 TIMEOUT_SECONDS = 10.0
-INTERVAL_SECONDS = 0.1
+IDLE_SECONDS = 1.0  # the longest the loop sleeps: how soon it notices it leads
+LOG_EVERY_MS = 60_000  # one subscription's failing wakes are logged at most this often
 
 
 class Node(Protocol):
@@ -67,17 +76,18 @@ def notification(sub: r.Subscription, token: str, streams: list[dict[str, Any]])
     }
 
 
-Post = Callable[[str, bytes, dict[str, str]], Awaitable[httpx.Response]]
-Check = Callable[[str, list[Network]], Awaitable[object]]
+Post = Callable[[str, Sequence[IPAddress], bytes, dict[str, str]], Awaitable[httpx.Response]]
+Check = Callable[[str, list[Network]], Awaitable[Sequence[IPAddress]]]
 
 
-async def _check_in_thread(url: str, allowed: list[Network]) -> object:
-    return await asyncio.to_thread(check_webhook_url, url, allowed)  # resolving a name blocks
+async def _check_in_thread(url: str, allowed: list[Network]) -> Sequence[IPAddress]:
+    return await blocking.run("webhook_dns", check_webhook_url, url, allowed)  # resolving a name blocks
 
 
 class Deliveries:
-    """`post`, `check` (the SSRF rules at delivery time) and `rng` (tokens, jitter) are the real
-    ones unless given: the simulation gives its own, so a seed replays exactly."""
+    """`post`, `check` (the SSRF rules at delivery time, which also pick the addresses to connect
+    to) and `rng` (tokens, jitter) are the real ones unless given: the simulation gives its own,
+    so a seed replays exactly."""
 
     def __init__(
         self, node: Node, post: Post | None = None, check: Check | None = None, rng: random.Random | None = None
@@ -85,21 +95,35 @@ class Deliveries:
         self.node = node
         self.rng = rng
         self.backoff: Backoff[bytes] = Backoff(1.0, 60.0, 0.2, rng)
+        self.wake_backoff: Backoff[bytes] = Backoff(1.0, 300.0, 0.2, rng)
         self._check = check or _check_in_thread
         self._in_flight: dict[bytes, asyncio.Task[None]] = {}
-        self._woken: dict[bytes, tuple[tuple[str, int], ...]] = {}  # pull-wake: the tails last announced
+        self._announced: dict[bytes, int] = {}  # pull-wake: the generation the last wake event was for
+        self._logged: dict[bytes, int] = {}
+        self._dirty: set[bytes] = set()
+        self._timers: list[tuple[int, bytes]] = []  # a heap of (due ms, subscription)
+        self._due: dict[bytes, int] = {}
+        self._leading = False
+        self._poked: asyncio.Event | None = None
         self._client: httpx.AsyncClient | None = None
         self._post = post or self._http_post
         self.delivered = 0
         self.failed = 0
+        self.passes = 0
+
+    def poke(self) -> None:
+        """Called after an apply that woke subscriptions."""
+        if self._poked is not None:
+            self._poked.set()
 
     async def run_forever(self) -> None:
+        self._poked = asyncio.Event()
+        self.node.machine.on_woken = self.poke
         try:
             while True:
-                await asyncio.sleep(INTERVAL_SECONDS)
+                await self._sleep()
                 if not self.node.is_leader or self.node.webhooks is None:
-                    self._woken.clear()
-                    self.backoff.clear()
+                    self._step_down()
                     continue
                 try:
                     await self.run_once()
@@ -111,24 +135,86 @@ class Deliveries:
             if self._client is not None:
                 await self._client.aclose()
 
+    async def _sleep(self) -> None:
+        assert self._poked is not None
+        timeout = IDLE_SECONDS
+        if self._timers and self._leading:
+            timeout = min(timeout, max(0.0, (self._timers[0][0] - self.node.now_ms()) / 1000))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._poked.wait(), timeout)
+        self._poked.clear()
+
+    def _step_down(self) -> None:
+        self._leading = False
+        self._announced.clear()
+        self.backoff.clear()
+        self.wake_backoff.clear()
+        self._dirty.clear()
+        self._timers.clear()
+        self._due.clear()
+
+    def _later(self, key: bytes, at_ms: int) -> None:
+        """Looks at the subscription again at `at_ms`: one timer a subscription, the earliest asked for."""
+        if self._due.get(key, at_ms + 1) <= at_ms:
+            return
+        self._due[key] = at_ms
+        heapq.heappush(self._timers, (at_ms, key))
+
     async def run_once(self) -> None:
+        """Looks at the subscriptions that were woken, or whose timer fell due."""
         machine = self.node.machine
+        if not self._leading:  # a new leader knows nothing of what was delivered: look at everything once
+            self._leading = True
+            self._dirty.update(key for key, _ in machine.kv.scan(r.SUBSCRIPTIONS, b""))
         now = self.node.now_ms()
-        for key, raw in list(machine.kv.scan(r.SUBSCRIPTIONS, b"")):
+        self._dirty |= machine.table.coverage.take_woken()
+        while self._timers and self._timers[0][0] <= now:
+            at, key = heapq.heappop(self._timers)
+            if self._due.get(key) == at:  # else a stale entry: an earlier one has fired
+                del self._due[key]
+                self._dirty.add(key)
+        dirty, self._dirty = self._dirty, set()
+        self.passes += 1
+        wakes = []
+        for key in sorted(dirty):
             if key in self._in_flight:
+                continue  # looked at again when it ends
+            raw = machine.table.get(r.SUBSCRIPTIONS, key)
+            if not raw:
+                self._forget(key)
                 continue
             sub = r.decode_subscription(raw)
+            if sub.type != "webhook" and self._announced.get(key) == sub.generation:
+                continue  # its workers were told of this generation already
             pending = rules.pending(machine.table, sub)
-            if not pending or (sub.holder is not None and now < sub.lease_until):
+            if not pending:
+                continue
+            if sub.holder is not None and now < sub.lease_until:
+                self._later(key, sub.lease_until)  # back when the lease runs out, if still pending
                 continue
             if sub.type == "webhook":
-                if self.backoff.ready(key, now):
+                failure = self.backoff.failures.get(key)
+                if failure is not None and now < failure.retry_at:
+                    self._later(key, failure.retry_at)
+                else:
                     self._in_flight[key] = asyncio.create_task(self._webhook(key, sub))
                 continue
-            try:  # one subscription's trouble must not hold up the others
-                await asyncio.wait_for(self._wake(key, sub, pending), TIMEOUT_SECONDS)
-            except (ProtocolError, TimeoutError) as exc:
-                log.info("could not wake subscription %r: %s", sub.id, getattr(exc, "message", "timed out"))
+            wakes.append(self._wake(key, sub, pending, now))
+        await asyncio.gather(*wakes)  # proposed together: they share the log's batches and syncs
+
+    def _forget(self, key: bytes) -> None:
+        self._announced.pop(key, None)
+        self._logged.pop(key, None)
+        self.backoff.succeeded(key)
+        self.wake_backoff.succeeded(key)
+
+    def status(self, key: bytes) -> dict[str, Any] | None:
+        """This leader's trouble delivering to a subscription: the last error and when it retries."""
+        failure = self.backoff.failures.get(key) or self.wake_backoff.failures.get(key)
+        if failure is None:
+            return None
+        retry = max(0, failure.retry_at - self.node.now_ms()) / 1000
+        return {"error": failure.error, "attempts": failure.attempts, "retry_in_s": retry}
 
     def _streams(self, sub: r.Subscription) -> list[dict[str, Any]]:
         table = self.node.machine.table
@@ -137,35 +223,58 @@ class Deliveries:
             for path, (acked, tail) in sorted(rules.pending(table, sub).items())
         ]
 
-    async def _wake(self, key: bytes, sub: r.Subscription, pending: dict[str, tuple[int, int]]) -> None:
-        """Announces new data on the wake stream, once per change of what is pending."""
-        tails = tuple(sorted((path, tail) for path, (_, tail) in pending.items()))
-        if self._woken.get(key) == tails or sub.wake_stream is None:
+    async def _wake(self, key: bytes, sub: r.Subscription, pending: dict[str, tuple[int, int]], now: int) -> None:
+        """Announces pending data on the wake stream, once per generation."""
+        if self._announced.get(key) == sub.generation or sub.wake_stream is None:
+            return
+        failure = self.wake_backoff.failures.get(key)
+        if failure is not None and now < failure.retry_at:
+            self._later(key, failure.retry_at)
             return
         event = {"subscription_id": sub.id, "generation": sub.generation, "streams": self._streams(sub)}
         body = json.dumps(event, separators=(",", ":")).encode()
-        outcome = await self.node.submit(
-            Append(sub.bucket, rules.stream_name(sub, sub.wake_stream), "application/json", memoryview(body))
-        )
-        if outcome.code is Code.APPENDED:
-            self._woken[key] = tails
-        else:
-            log.info("could not wake subscription %r on %r: %s", sub.id, sub.wake_stream, outcome.code.value)
+        wake = Append(sub.bucket, rules.stream_name(sub, sub.wake_stream), "application/json", memoryview(body))
+        try:  # one subscription's trouble must not hold up the others
+            outcome = await asyncio.wait_for(self.node.submit(wake), TIMEOUT_SECONDS)
+            error = None if outcome.code is Code.APPENDED else f"{outcome.code.value}: {outcome.message}"
+        except (ProtocolError, TimeoutError) as exc:
+            error = getattr(exc, "message", "timed out")
+        if error is None:
+            self._announced[key] = sub.generation
+            self.wake_backoff.succeeded(key)
+            self._logged.pop(key, None)
+            return
+        failure = self.wake_backoff.failed(key, self.node.now_ms(), error)
+        self._later(key, failure.retry_at)
+        if self.node.now_ms() - self._logged.get(key, -LOG_EVERY_MS) >= LOG_EVERY_MS:
+            self._logged[key] = self.node.now_ms()
+            log.warning(
+                "cannot wake subscription %r on %r (%s); attempt %d, retrying with backoff",
+                sub.id, sub.wake_stream, error, failure.attempts,
+            )  # fmt: skip
 
-    def _token(self, size: int) -> str:
-        if self.rng is None:
-            return secrets.token_hex(size)
-        return f"{self.rng.getrandbits(8 * size):0{2 * size}x}"
+    def _token(self, sub: r.Subscription) -> str:
+        assert self.node.webhooks is not None
+        nonce = None if self.rng is None else f"{self.rng.getrandbits(128):032x}"
+        return self.node.webhooks.leases.issue(sub.bucket, sub.root, sub.id, nonce)
+
+    def _wake_id(self) -> str:
+        bits = self.rng.getrandbits(64) if self.rng is not None else random.SystemRandom().getrandbits(64)
+        return f"w_{bits:016x}"
 
     async def _webhook(self, key: bytes, sub: r.Subscription) -> None:
         try:
             # Bounded: a proposal whose outcome never comes (its entry went into a checkpoint this
             # node installed) must not keep the subscription from its next delivery.
             await asyncio.wait_for(self._deliver(key, sub), 3 * TIMEOUT_SECONDS)
-        except (ProtocolError, TimeoutError) as exc:  # leadership moved, or no quorum: a later pass tries again
+            self._dirty.add(key)  # data may have come while it was in flight
+            self.poke()
+        except (ProtocolError, TimeoutError) as exc:  # leadership moved, or no quorum: try again in a while
             log.info("webhook for %r deferred: %s", sub.id, getattr(exc, "message", "timed out"))
+            self._later(key, self.node.now_ms() + 1000)
         except Exception:
             log.exception("webhook for %r failed", sub.id)
+            self._later(key, self.node.now_ms() + 1000)
         finally:
             self._in_flight.pop(key, None)
 
@@ -177,9 +286,9 @@ class Deliveries:
     async def _deliver(self, key: bytes, sub: r.Subscription) -> None:
         webhooks, url = self.node.webhooks, sub.webhook_url
         assert webhooks is not None and url is not None
-        token = self._token(24)
+        token = self._token(sub)
         claimed = await self.node.submit(
-            Claim(sub.bucket, sub.root, sub.id, WEBHOOK, "w_" + self._token(8), token_digest(token))
+            Claim(sub.bucket, sub.root, sub.id, WEBHOOK, self._wake_id(), token_digest(token))
         )
         if claimed.code is not Code.OK or claimed.subscription is None:
             return  # a worker holds it, or it is gone
@@ -191,13 +300,14 @@ class Deliveries:
             "webhook-signature": webhooks.signer.sign(body, int(time.time())),
         }
         try:
-            await self._check(url, webhooks.allowed)  # names may have moved since the subscription was made
-            response = await self._post(url, body, headers)
+            # Resolved and checked once per delivery (names move), then posted to what was checked.
+            addresses = await self._check(url, webhooks.allowed)
+            response = await self._post(url, addresses, body, headers)
             if not 200 <= response.status_code < 300:
                 raise httpx.HTTPStatusError(
                     f"answered {response.status_code}", request=response.request, response=response
                 )
-        except (httpx.HTTPError, WebhookUrlRejected, OSError) as exc:
+        except (httpx.HTTPError, WebhookUrlRejected, OSError, ValueError) as exc:
             self.failed += 1
             failure = self.backoff.failed(key, self.node.now_ms(), str(exc) or type(exc).__name__)
             log.info(
@@ -210,10 +320,12 @@ class Deliveries:
         if _done(response):
             await self._release(sub, token, [(item["path"], int(item["tail_offset"][17:])) for item in streams])
 
-    async def _http_post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    async def _http_post(
+        self, url: str, addresses: Sequence[IPAddress], body: bytes, headers: dict[str, str]
+    ) -> httpx.Response:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=TIMEOUT_SECONDS, follow_redirects=False)
-        return await self._client.post(url, content=body, headers=headers)
+            self._client = httpx.AsyncClient(timeout=TIMEOUT_SECONDS, follow_redirects=False, trust_env=False)
+        return await post_pinned(self._client, url, addresses, body, headers)
 
 
 def _done(response: httpx.Response) -> bool:

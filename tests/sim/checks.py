@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 from app.raft.log_store import LogStore
 from app.raft.messages import AppendResponse, Entry, Message, VoteResponse
 from app.state_machine import records as r
+from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Outcome
 from app.state_machine.export import applied_point, export
+from app.state_machine.glob import matches
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
 from tests.sim.disk import DiskKV
 
@@ -41,6 +43,26 @@ class Machine(StateMachine):
         results = super().apply(entries, known)
         self._check_subscriptions()
         return results
+
+    def check_coverage(self) -> None:
+        """The coverage index names what a plain match of every pattern over every stream names."""
+        table = self.table
+        for _, raw in self.kv.scan(r.SUBSCRIPTIONS, b""):
+            sub = r.decode_subscription(raw)
+            expected = {path: "explicit" for path in sub.explicit}
+            for (bucket, name), sid in table.names.items():
+                meta = table.streams[sid]
+                wake = table.coverage.is_wake_stream(bucket, name)
+                if (
+                    bucket == sub.bucket
+                    and sub.pattern
+                    and not meta.deleted
+                    and not wake
+                    and matches(sub.pattern, name)
+                ):
+                    expected.setdefault(name, "glob")
+            if rules.linked(table, sub) != expected:
+                self.sim.fail(f"node {self.node_id}: {sub.id} covers {rules.linked(table, sub)}, not {expected}")
 
     def _check_subscriptions(self) -> None:
         """Acknowledged positions never move backwards; one generation has one holder."""
@@ -132,6 +154,8 @@ def check(sim: Simulation) -> None:
         dumps.append([pair for batch in export(member.current.raft.machine.kv) for pair in batch])  # type: ignore[attr-defined]
     for member, dump in zip(members, dumps, strict=True):
         assert dump == dumps[0], f"node {member.id}'s state store differs from node {members[0].id}'s"
+    for member in members:
+        member.current.raft.machine.check_coverage()  # type: ignore[union-attr]
     for member in sim.up():  # no proposal a node has applied past is left waiting
         raft = member.current.raft  # type: ignore[union-attr]
         stuck = [i for i, (_, fut) in raft._waiters.items() if i <= raft.status().applied and not fut.done()]

@@ -1,8 +1,10 @@
 """Subscriptions in the simulation: pull-wake workers claim a subscription over every stream and
 acknowledge what they saw, through whichever node they reach, across crashes, partitions and
 leader changes. After healing they consume until nothing is pending: every message reaches a
-consumer at least once. Checked as replicas apply (tests/sim/checks.py): an acknowledged position
-never moves backwards, and one generation never has two holders."""
+consumer at least once. More subscriptions with random patterns, adversarial ones among them, come
+and go meanwhile. Checked as replicas apply (tests/sim/checks.py): an acknowledged position never
+moves backwards, one generation never has two holders, and every replica's coverage index names
+the streams a plain match of each pattern names."""
 
 from __future__ import annotations
 
@@ -10,7 +12,17 @@ from typing import TYPE_CHECKING
 
 from app.cluster.driver import NotLeader, ProposalDropped
 from app.state_machine import subscriptions as rules
-from app.state_machine.commands import Ack, Claim, Code, Command, Outcome, PutSubscription, encode_envelope
+from app.state_machine.commands import (
+    Ack,
+    Claim,
+    Code,
+    Command,
+    CreateStream,
+    DeleteSubscription,
+    Outcome,
+    PutSubscription,
+    encode_envelope,
+)
 from app.state_machine.machine import COMPAT_BUCKET
 from tests.sim.process import Unavailable, call
 
@@ -18,6 +30,14 @@ if TYPE_CHECKING:
     from tests.sim.world import Simulation
 
 SUBSCRIPTION = (COMPAT_BUCKET, "", "group")
+WAKE_STREAM = "wake/group"  # the pattern "*" (one segment) does not cover it
+# Patterns for the subscriptions that come and go: plain ones, and ones a backtracking matcher
+# would take exponential time on (a stream name of 1,000 characters is among the streams).
+PATTERNS = (
+    "s*", "*1", "**", "s0", "**/**", "w*/**", "*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", "**a**a**a**a**a**a**a**b",
+    "**s**s**s**s**s**s**s**1", "*" + "*a" * 60, "wake/*",
+)  # fmt: skip
+LONG_STREAM = "a" * 1000
 WORKERS = ("w1", "w2")
 LEASE_MS = 1000
 
@@ -56,6 +76,35 @@ async def subscribe(sim: Simulation, command: PutSubscription) -> None:
         await sim.sleep(0.05, 0.4)
 
 
+async def create_stream(sim: Simulation, name: str) -> None:
+    command = CreateStream(COMPAT_BUCKET, name, "application/json", False)
+    while (created := await propose(sim, command)) is None or created[0].code not in (Code.CREATED, Code.EXISTS):
+        await sim.sleep(0.05, 0.4)
+
+
+async def patterns(sim: Simulation) -> None:
+    """Subscriptions with random patterns are made and deleted while the faults last."""
+    await create_stream(sim, LONG_STREAM)
+    turn = 0
+    while not sim.healing:
+        await sim.sleep(0.2, 2.0)
+        turn += 1
+        sub_id = f"p{sim.rng.randrange(4)}"
+        if sim.rng.random() < 0.3:
+            await propose(sim, DeleteSubscription(COMPAT_BUCKET, "", sub_id))
+            continue
+        pattern = sim.rng.choice(PATTERNS)
+        from tests.sim.webhooks import URL
+
+        wake = WAKE_STREAM if sim.rng.random() < 0.5 else None
+        kind, url = ("pull-wake", None) if wake else ("webhook", URL)
+        command = PutSubscription(COMPAT_BUCKET, "", sub_id, kind, pattern, [], url, wake, LEASE_MS, None, "http://sim")
+        answered = await propose(sim, command)
+        refused = (Code.CONFIG_MISMATCH, Code.INVALID_PATTERN, Code.WAKE_STREAM_COVERED)
+        if answered is not None and answered[0].code not in (Code.CREATED, Code.EXISTS, *refused):
+            sim.fail(f"subscription {sub_id} ({pattern!r}): unexpected outcome {answered[0]}")
+
+
 async def webhook_subscription(sim: Simulation) -> None:
     from tests.sim.webhooks import HOOKS, URL
 
@@ -64,7 +113,9 @@ async def webhook_subscription(sim: Simulation) -> None:
 
 async def consumer(sim: Simulation, worker: str) -> None:
     bucket, root, sub_id = SUBSCRIPTION
-    await subscribe(sim, PutSubscription(bucket, root, sub_id, "pull-wake", "*", [], None, "wake", LEASE_MS, None))
+    await create_stream(sim, WAKE_STREAM)
+    pull = PutSubscription(bucket, root, sub_id, "pull-wake", "*", [], None, WAKE_STREAM, LEASE_MS, None)
+    await subscribe(sim, pull)
     turn = 0
     while not (sim.healing and consumed(sim)):
         await sim.sleep(0.05, 0.8)

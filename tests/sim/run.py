@@ -12,7 +12,7 @@ from typing import Any
 from tests.sim.checks import check, settled
 from tests.sim.clients import reader, writer
 from tests.sim.config import FAULT_SECONDS, READERS, SETTLE_SECONDS
-from tests.sim.consumers import WORKERS, consumer, webhook_subscription
+from tests.sim.consumers import WORKERS, consumer, patterns, webhook_subscription
 from tests.sim.faults import faults
 from tests.sim.loop import VirtualTimeLoop
 from tests.sim.membership import reconfigure
@@ -48,6 +48,7 @@ async def run(sim: Simulation) -> None:
     workload += [asyncio.ensure_future(reader(sim)) for _ in range(READERS)]
     workload += [asyncio.ensure_future(consumer(sim, worker)) for worker in WORKERS]
     workload.append(asyncio.ensure_future(webhook_subscription(sim)))
+    workload.append(asyncio.ensure_future(patterns(sim)))
     workload.append(asyncio.ensure_future(faults(sim)))
     if sim.join:
         workload.append(asyncio.ensure_future(reconfigure(sim)))

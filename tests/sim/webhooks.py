@@ -5,6 +5,8 @@ the receiver in a successful delivery at least once."""
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import httpx
@@ -16,6 +18,7 @@ from app.state_machine.machine import COMPAT_BUCKET, StateMachine
 from app.subscriptions.delivery import Deliveries
 from app.subscriptions.settings import WebhookSettings
 from app.subscriptions.signing import WebhookSigner
+from app.subscriptions.urls import IPAddress
 
 if TYPE_CHECKING:
     from tests.sim.process import Incarnation
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 
 HOOKS = (COMPAT_BUCKET, "", "hooks")
 URL = "http://receiver.sim/in"
+RECEIVER = ipaddress.ip_address("203.0.113.7")
 SETTINGS = WebhookSettings(WebhookSigner.from_secret(b"simulation"))
 
 
@@ -57,7 +61,7 @@ class SimNode:
 def deliveries(incarnation: Incarnation) -> Deliveries:
     sim = incarnation.sim
 
-    async def post(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    async def post(url: str, addresses: Sequence[IPAddress], body: bytes, headers: dict[str, str]) -> httpx.Response:
         request = httpx.Request("POST", url)
         if not sim.healing and sim.rng.random() < 0.3:
             if sim.rng.random() < 0.5:
@@ -66,8 +70,8 @@ def deliveries(incarnation: Incarnation) -> Deliveries:
         sim.delivered.append(httpx.Response(200, content=body, request=request).json())
         return httpx.Response(200, content=b'{"done":true}', request=request)
 
-    async def check(url: str, allowed: object) -> None:
-        return None  # no names to resolve here
+    async def check(url: str, allowed: object) -> list[IPAddress]:
+        return [RECEIVER]  # no names to resolve here
 
     return Deliveries(SimNode(incarnation), post=post, check=check, rng=sim.rng)
 
