@@ -34,3 +34,8 @@ def parse_position(token: str) -> int:
     if not _TOKEN.fullmatch(token):
         raise bad_request("malformed offset", "invalid_offset")
     return int(token[17:])
+
+
+def acked_offset(pos: int) -> str:
+    """A subscription's acknowledged position as an offset: `-1` before anything was acknowledged."""
+    return "-1" if pos < 0 else format_offset(pos)

@@ -207,6 +207,16 @@ class Ack(msgspec.Struct, tag="ak", array_like=True):
     done: bool = False
 
 
+class Wake(msgspec.Struct, tag="wk", array_like=True):
+    """Appends a pull-wake subscription's wake event for `generation`, unless done already (the
+    leader's retry when the append that made data pending could not write it, or a lease ran out)."""
+
+    bucket: str
+    root: str
+    id: str
+    generation: int
+
+
 Command = (
     CreateBucket
     | DeleteBucket
@@ -228,6 +238,7 @@ Command = (
     | LinkStreams
     | Claim
     | Ack
+    | Wake
 )
 
 

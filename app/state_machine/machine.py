@@ -40,6 +40,7 @@ from app.state_machine.commands import (
     SetAttrs,
     TierSegment,
     Touch,
+    Wake,
     decode_envelope,
 )
 from app.state_machine.reader import Chunk, ColdSource
@@ -72,6 +73,7 @@ RULES: dict[type, Rule] = {
     LinkStreams: subscriptions.link_streams,
     Claim: subscriptions.claim,
     Ack: subscriptions.ack,
+    Wake: subscriptions.wake,
 }
 
 
@@ -113,6 +115,8 @@ class StateMachine:
                 if env is None:
                     env = decode_envelope(entry.data)
                 results.append(RULES[type(env.command)](table, env.command, env.now))
+                if table.grown:  # per entry, not per batch: replicas batch entries differently
+                    subscriptions.wake_covering(table, env.now)
         changed = table.commit(entries[-1].index, entries[-1].term)
         if changed and self.on_change is not None:
             self.on_change(changed)

@@ -256,6 +256,7 @@ class Subscription(msgspec.Struct, kw_only=True):
     Stored as a map, so later fields can be added. `acked` holds each stream's acknowledged position
     (by its path below `root`); `generation` fences a wake or claim, `holder` holds it until
     `lease_until` (ms, the proposing leader's clock), and `token_sha256` is its bearer token's digest.
+    A pull-wake subscription's wake event is appended once per generation (`woke_generation`).
     """
 
     bucket: str
@@ -276,6 +277,7 @@ class Subscription(msgspec.Struct, kw_only=True):
     holder: str | None = None
     lease_until: int = 0
     token_sha256: str | None = None
+    woke_generation: int = -1  # pull-wake: the generation the last wake event announced
 
 
 _subscription_decoder = msgspec.msgpack.Decoder(Subscription)

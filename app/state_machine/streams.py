@@ -160,6 +160,7 @@ def write_record(
     table: StreamTable, meta: r.StreamMeta, body: Buffer, now: int, producer: tuple[str, int, int] | None = None
 ) -> None:
     table.stage(r.DATA, r.data_key(meta.sid, meta.tail), r.encode_record(now, body, producer))
+    table.grown.append(meta.sid)
     table.tail.stage(meta.sid, meta.tail, body)
     meta.tail += len(body)
     table.untiered_bytes += len(body)

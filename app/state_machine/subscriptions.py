@@ -6,23 +6,35 @@ path (below `root`) matches it: `*` within one path segment, `**` across segment
 wake streams belong to none (see coverage.py). Leases are decided with the entry's time (the
 proposing leader's clock), never a clock read here. Acknowledged positions only move forward.
 
+A pull-wake subscription's wake event is appended here, in the apply of the entry that made its
+data pending (or that ended a lease with data still pending), once per generation: it costs no
+entry of its own, and every replica writes the same one. The leader proposes a `Wake` only when
+that could not be done then (the wake stream was missing or closed) or when a lease ran out.
+
 Each rule's checks are also exposed on their own (`*_refusal`), so the leader can answer a request
 that would be refused from the applied state, without a log entry.
 """
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 
+from app.domain.media import media_type
+from app.domain.offsets import acked_offset, format_offset
 from app.state_machine import records as r
+from app.state_machine import streams as stream_rules
 from app.state_machine.commands import (
     Ack,
+    Append,
     Claim,
     Code,
     DeleteSubscription,
     LinkStreams,
     Outcome,
     PutSubscription,
+    Wake,
 )
 from app.state_machine.coverage import Scope
 from app.state_machine.glob import PatternRejected, validate_pattern
@@ -232,8 +244,72 @@ def ack(table: StreamTable, cmd: Ack, now: int) -> Outcome:
     for path, pos in cmd.acks:
         acked[path] = max(pos, acked.get(path, -1))  # never backwards
     if cmd.done:
-        return _save(table, msgspec.structs.replace(sub, acked=acked, holder=None, lease_until=0, token_sha256=None))
+        outcome = _save(table, msgspec.structs.replace(sub, acked=acked, holder=None, lease_until=0, token_sha256=None))
+        assert outcome.subscription is not None
+        _wake(table, outcome.subscription, now)  # data that came while it was held
+        return outcome
     return _save(table, msgspec.structs.replace(sub, acked=acked, lease_until=now + sub.lease_ttl_ms))
+
+
+def wake_covering(table: StreamTable, now: int) -> None:
+    """Wakes the pull-wake subscriptions covering the streams the entry just applied wrote to."""
+    grown, table.grown = set(table.grown), []
+    for sid in sorted(grown):
+        meta = table.streams.get(sid)
+        if meta is None:
+            continue
+        for key in sorted(table.coverage.covering(meta)):
+            raw = table.get(r.SUBSCRIPTIONS, key)
+            sub = r.decode_subscription(raw) if raw else None
+            if sub is not None and sub.type == "pull-wake":
+                _wake(table, sub, now)
+    table.grown.clear()  # the wake streams' own records: they cover nothing
+
+
+def wake(table: StreamTable, cmd: Wake, now: int) -> Outcome:
+    sub = find(table, cmd.bucket, cmd.root, cmd.id)
+    if sub is None:
+        return missing()
+    if sub.generation != cmd.generation:
+        return Outcome(Code.OK, subscription=sub)  # claimed since: its worker knows
+    written = _wake(table, sub, now)
+    return Outcome(Code.OK, subscription=sub) if written is None or written.code is Code.APPENDED else written
+
+
+def wake_refusal(table: StreamTable, sub: r.Subscription) -> Outcome | None:
+    """Why a wake event could not be appended to the subscription's wake stream now, if it could not."""
+    sid = table.names.get((sub.bucket, stream_name(sub, sub.wake_stream or "")))
+    meta = table.streams.get(sid) if sid is not None else None
+    if meta is None or meta.deleted:
+        return Outcome(Code.NOT_FOUND, "the wake stream does not exist")
+    if meta.closed:
+        return Outcome(Code.STREAM_CLOSED, "the wake stream is closed")
+    if media_type(meta.content_type) != "application/json":
+        return Outcome(Code.CONTENT_TYPE_MISMATCH, "the wake stream is not a JSON stream")
+    return None
+
+
+def _wake(table: StreamTable, sub: r.Subscription, now: int) -> Outcome | None:
+    """Appends the wake event if one is due; the append's outcome, or None if none was due."""
+    if sub.type != "pull-wake" or sub.wake_stream is None or sub.woke_generation == sub.generation:
+        return None
+    if sub.holder is not None and now < sub.lease_until:
+        return None
+    due = pending(table, sub)
+    if not due:
+        return None
+    streams = [
+        {"path": path, "tail_offset": format_offset(tail), "acked_offset": acked_offset(acked), "has_pending": True}
+        for path, (acked, tail) in sorted(due.items())
+    ]
+    event = {"subscription_id": sub.id, "generation": sub.generation, "streams": streams}
+    body = json.dumps(event, separators=(",", ":")).encode()
+    name = stream_name(sub, sub.wake_stream)
+    outcome = stream_rules.append(table, Append(sub.bucket, name, "application/json", memoryview(body)), now)
+    if outcome.code is Code.APPENDED:
+        _save(table, msgspec.structs.replace(sub, woke_generation=sub.generation))
+    return outcome
+
 
 
 def pending(table: StreamTable, sub: r.Subscription) -> dict[str, tuple[int, int]]:

@@ -58,6 +58,8 @@ class StreamTable:
             self.local_bytes += meta.tail - meta.evicted
         # Streams the batch in progress created: not yet in the store's name index.
         self.created: list[r.StreamMeta] = []
+        # Streams the entry being applied wrote records to: the subscriptions covering them may wake.
+        self.grown: list[int] = []
         self.coverage = Coverage()
         for key, value in kv.scan(r.SUBSCRIPTIONS, b""):
             self.cover(key, r.decode_subscription(value))

@@ -6,9 +6,10 @@ their acknowledgement.
   at the tail the notification showed; otherwise the consumer acknowledges through the callback
   route before the lease runs out. A failed delivery releases the lease and is retried after
   1 s, doubling to 60 s, less up to 20% at random.
-- A pull-wake subscription gets a wake event appended to its wake stream, once per generation (each
-  claim makes a new one), so more data for a wake nobody has claimed yet adds no more events. A wake
-  that cannot be appended is retried after 1 s, doubling to 5 min, and logged at most once a minute.
+- A pull-wake subscription's wake event is appended by the state machine itself, in the apply of
+  the entry that made data pending, once per generation. The leader proposes a `Wake` only when that
+  could not be done (the wake stream was missing or closed then), retried after 1 s, doubling to
+  5 min, logged at most once a minute; or when a worker's lease ran out with data still pending.
 
 Driven by apply, not by a scan: the state machine's coverage index names the subscriptions whose
 streams grew or that changed, and a timer comes back for a lease that runs out or a retry that
@@ -37,7 +38,7 @@ from app.domain.offsets import format_offset
 from app.runtime import blocking
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
-from app.state_machine.commands import Ack, Append, Claim, Code, Command, Outcome
+from app.state_machine.commands import Ack, Claim, Code, Command, Outcome, Wake
 from app.state_machine.machine import StateMachine
 from app.subscriptions.leases import acked_offset, token_digest
 from app.subscriptions.pinned import post_pinned
@@ -98,7 +99,6 @@ class Deliveries:
         self.wake_backoff: Backoff[bytes] = Backoff(1.0, 300.0, 0.2, rng)
         self._check = check or _check_in_thread
         self._in_flight: dict[bytes, asyncio.Task[None]] = {}
-        self._announced: dict[bytes, int] = {}  # pull-wake: the generation the last wake event was for
         self._logged: dict[bytes, int] = {}
         self._dirty: set[bytes] = set()
         self._timers: list[tuple[int, bytes]] = []  # a heap of (due ms, subscription)
@@ -146,7 +146,6 @@ class Deliveries:
 
     def _step_down(self) -> None:
         self._leading = False
-        self._announced.clear()
         self.backoff.clear()
         self.wake_backoff.clear()
         self._dirty.clear()
@@ -184,7 +183,7 @@ class Deliveries:
                 self._forget(key)
                 continue
             sub = r.decode_subscription(raw)
-            if sub.type != "webhook" and self._announced.get(key) == sub.generation:
+            if sub.type != "webhook" and sub.woke_generation == sub.generation:
                 continue  # its workers were told of this generation already
             pending = rules.pending(machine.table, sub)
             if not pending:
@@ -199,11 +198,10 @@ class Deliveries:
                 else:
                     self._in_flight[key] = asyncio.create_task(self._webhook(key, sub))
                 continue
-            wakes.append(self._wake(key, sub, pending, now))
+            wakes.append(self._wake(key, sub, now))
         await asyncio.gather(*wakes)  # proposed together: they share the log's batches and syncs
 
     def _forget(self, key: bytes) -> None:
-        self._announced.pop(key, None)
         self._logged.pop(key, None)
         self.backoff.succeeded(key)
         self.wake_backoff.succeeded(key)
@@ -223,24 +221,21 @@ class Deliveries:
             for path, (acked, tail) in sorted(rules.pending(table, sub).items())
         ]
 
-    async def _wake(self, key: bytes, sub: r.Subscription, pending: dict[str, tuple[int, int]], now: int) -> None:
-        """Announces pending data on the wake stream, once per generation."""
-        if self._announced.get(key) == sub.generation or sub.wake_stream is None:
-            return
+    async def _wake(self, key: bytes, sub: r.Subscription, now: int) -> None:
+        """Proposes the wake the apply could not write, with backoff while it keeps failing."""
         failure = self.wake_backoff.failures.get(key)
         if failure is not None and now < failure.retry_at:
             self._later(key, failure.retry_at)
             return
-        event = {"subscription_id": sub.id, "generation": sub.generation, "streams": self._streams(sub)}
-        body = json.dumps(event, separators=(",", ":")).encode()
-        wake = Append(sub.bucket, rules.stream_name(sub, sub.wake_stream), "application/json", memoryview(body))
+        refused = rules.wake_refusal(self.node.machine.table, sub)  # known refusals are not proposed
         try:  # one subscription's trouble must not hold up the others
-            outcome = await asyncio.wait_for(self.node.submit(wake), TIMEOUT_SECONDS)
-            error = None if outcome.code is Code.APPENDED else f"{outcome.code.value}: {outcome.message}"
+            if refused is None:
+                wake = Wake(sub.bucket, sub.root, sub.id, sub.generation)
+                refused = await asyncio.wait_for(self.node.submit(wake), TIMEOUT_SECONDS)
+            error = None if refused.code is Code.OK else f"{refused.code.value}: {refused.message}"
         except (ProtocolError, TimeoutError) as exc:
             error = getattr(exc, "message", "timed out")
         if error is None:
-            self._announced[key] = sub.generation
             self.wake_backoff.succeeded(key)
             self._logged.pop(key, None)
             return

@@ -14,17 +14,15 @@ import hashlib
 import hmac
 import secrets
 
-from app.domain.offsets import format_offset
+from app.domain.offsets import acked_offset
+
+__all__ = ["LeaseTokens", "acked_offset", "token_digest"]
 
 _MAC_BYTES = 18
 
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def acked_offset(pos: int) -> str:
-    return "-1" if pos < 0 else format_offset(pos)
 
 
 class LeaseTokens:

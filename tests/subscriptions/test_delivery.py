@@ -1,7 +1,8 @@
 """The leader's delivery loop (app/subscriptions/delivery.py) over a real state machine, in process:
-it looks only at subscriptions that an apply woke or whose timer fell due, wakes through streams
-that cannot loop, backs off a wake that cannot be appended, and posts a webhook to the address
-that was checked, not to what its name resolves to later."""
+it looks only at subscriptions that an apply woke or whose timer fell due; wake events come from
+the apply itself, once per generation, through streams that cannot loop; a wake that cannot be
+written is retried with backoff and never proposed while the applied state refuses it; a webhook
+is posted to the address that was checked, not to what its name resolves to later."""
 
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def _pull(node: FakeNode, sub_id: str, pattern: str, wake: str) -> None:
     assert outcome.code.value == "created", outcome
 
 
+def _events(node: FakeNode, name: str) -> list[dict[str, object]]:
+    meta = node.machine.lookup(B, name)
+    assert meta is not None
+    found = node.machine.local_records(meta, 0, 1 << 20)
+    assert found is not None
+    return [json.loads(bytes(r.record_payload(record))) for _, record in found[0]]
+
+
 def _counting_pending(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     looked: list[str] = []
     real = rules.pending
@@ -110,7 +119,10 @@ def test_an_idle_pass_looks_at_no_subscription(node: FakeNode, monkeypatch: pyte
     node.apply(Append(B, "g7/s2", JSON, memoryview(b'{"n":1}')))
     asyncio.run(deliveries.run_once())
     assert set(looked) == {"sub7"}  # only the one subscription that covers the stream
-    assert [json.loads(bytes(c.body))["subscription_id"] for c in node.proposed if isinstance(c, Append)] == ["sub7"]
+    assert [event["subscription_id"] for event in _events(node, "wake")] == ["sub7"]  # written by the apply
+    assert node.proposed == []  # no entry of the leader's own
+    node.apply(Append(B, "g7/s3", JSON, memoryview(b'{"n":2}')))
+    assert len(_events(node, "wake")) == 1  # one wake a generation
 
 
 def test_wakes_cannot_wake_each_other(node: FakeNode) -> None:
@@ -123,13 +135,14 @@ def test_wakes_cannot_wake_each_other(node: FakeNode) -> None:
     node.apply(Append(B, "a/x", JSON, memoryview(b"1")))
     for _ in range(10):
         asyncio.run(deliveries.run_once())
-    wakes = [c.stream for c in node.proposed if isinstance(c, Append)]
-    assert wakes == ["b/wake"]
+    assert [event["subscription_id"] for event in _events(node, "b/wake")] == ["A"]
+    assert _events(node, "a/wake") == [] and node.proposed == []
     assert set(rules.linked(node.machine.table, rules.find(node.machine.table, B, "", "B"))) == {"b/x"}  # type: ignore[arg-type]
 
 
 def test_a_wake_that_cannot_be_appended_backs_off(node: FakeNode) -> None:
-    """Before: a missing wake stream was proposed to about every 100 ms, forever."""
+    """Before: a missing wake stream was proposed to about every 100 ms, forever. Now the leader sees
+    the applied state refuse it and proposes nothing, retrying 1, 2, 4 ... s apart."""
     _stream(node, "jobs/1")
     _stream(node, "wake")
     _pull(node, "s", "jobs/*", "wake")
@@ -143,10 +156,14 @@ def test_a_wake_that_cannot_be_appended_backs_off(node: FakeNode) -> None:
             await deliveries.run_once()
 
     asyncio.run(run_for(60))
-    attempts = sum(isinstance(c, Append) for c in node.proposed)
-    assert 4 <= attempts <= 7, attempts  # 1, 2, 4, 8, 16 and 32 s apart (less up to 20%), not 600
     status = deliveries.status(r.subscription_key(B, "", "s"))
-    assert status is not None and status["attempts"] == attempts and "not_found" in status["error"]
+    assert status is not None and "not_found" in status["error"]
+    assert 5 <= status["attempts"] <= 7, status  # 1, 2, 4, 8, 16 and 32 s apart (less up to 20%), not 600
+    assert node.proposed == []
+    _stream(node, "wake")  # made again: the next retry gets the wake through
+    asyncio.run(run_for(120))  # the next retry: at most 128 s after the last
+    assert [type(c).__name__ for c in node.proposed] == ["Wake"] and len(_events(node, "wake")) == 1
+    assert deliveries.status(r.subscription_key(B, "", "s")) is None
 
 
 class Receiver:
