@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from app.bench import memory, soak
+from app.bench import memory, patterns, soak
 from app.bench.append import AppendOptions, run_append
 from app.bench.cold import ColdOptions, run_cold
 from app.bench.fanout import FanoutOptions, run_fanout
@@ -21,6 +21,7 @@ from app.bench.replay import ReplayOptions, run_replay
 from app.bench.report import markdown_table, print_results, write_json
 from app.bench.run import Run
 from app.bench.servers import Server, cpu_seconds, fsync_ms, start_baseline, start_reference, start_rill
+from app.bench.subscriptions import SubscriptionOptions, run_subscriptions
 from app.bench.webhooks import WebhookOptions, run_webhooks
 
 Workload = tuple[type, Callable[[Run, Any], Awaitable[dict[str, Any]]]]
@@ -35,6 +36,7 @@ WORKLOADS: dict[str, Workload] = {
 SELF_HOSTED: dict[str, tuple[type, Callable[[Any], dict[str, dict[str, Any]]]]] = {
     "cold": (ColdOptions, run_cold),
     "webhooks": (WebhookOptions, run_webhooks),
+    "subscriptions": (SubscriptionOptions, run_subscriptions),
 }
 
 
@@ -65,6 +67,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_options(cold, ColdOptions)
     hooks = workloads.add_parser("webhooks", help="webhook deliveries/s and latency with many subscriptions")
     _add_options(hooks, WebhookOptions)
+    subs = workloads.add_parser(
+        "subscriptions", help="idle CPU, append p99 and wake latency with many subscriptions on a 3-node cluster"
+    )
+    _add_options(subs, SubscriptionOptions)
+    workloads.add_parser("patterns", help="subscription patterns against 1 KiB stream names, worst shapes first")
     soaked = workloads.add_parser(
         "soak", help="long mixed load at a fixed rate: leaks, 5xx, lost or duplicated appends"
     )
@@ -107,7 +114,7 @@ async def _measure(urls: list[str], workload: str, options: Any) -> dict[str, An
 
 
 def main(args: argparse.Namespace) -> None:
-    if args.pin_client is not None:
+    if getattr(args, "pin_client", None) is not None:
         os.sched_setaffinity(0, {args.pin_client})
     if args.workload in SELF_HOSTED:
         options_type, runner = SELF_HOSTED[args.workload]
@@ -116,6 +123,9 @@ def main(args: argparse.Namespace) -> None:
         print_results(f"rill bench {args.workload}", results)
         if args.json_out:
             write_json(args.json_out, args.workload, dataclasses.asdict(chosen), results)
+        return
+    if args.workload == "patterns":
+        patterns.main()
         return
     if args.workload == "soak":
         raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))

@@ -311,7 +311,6 @@ def _wake(table: StreamTable, sub: r.Subscription, now: int) -> Outcome | None:
     return outcome
 
 
-
 def pending(table: StreamTable, sub: r.Subscription) -> dict[str, tuple[int, int]]:
     """path -> (acked, tail) for each of the subscription's streams with data past its acknowledgement."""
     out: dict[str, tuple[int, int]] = {}
