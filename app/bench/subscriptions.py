@@ -2,10 +2,11 @@
 
 Starts three nodes on 127.0.0.1 (auth on), makes `streams` streams in groups of ten, and measures
 on the leader, in one run: idle CPU and append latency (a fixed rate of appends to random streams)
-without subscriptions; then the same with `subscriptions` pull-wake subscriptions, each over one
-group, with the time from an append to its wake event and what 10,000 acks with made-up lease
-tokens add to the Raft log (they must add nothing); then without again, once they are deleted.
-Segments are not sealed during the run (tiering would add entries of its own).
+without subscriptions and with `subscriptions` pull-wake subscriptions, each over one group, in
+alternating phases (they are made and deleted between), pooling each side's latencies; once, the
+time from an append to its wake event and what 10,000 acks with made-up lease tokens add to the
+Raft log (they must add nothing). Segments are not sealed during the run (tiering would add
+entries of its own).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class SubscriptionOptions:
     streams: int = 10_000
     rate: int = 200  # appends per second while latency is measured
     seconds: float = 15.0  # of appends, each phase
-    idle_seconds: float = 10.0
+    idle_seconds: float = 5.0  # each phase
+    rounds: int = 2  # phases with subscriptions, each between two without
     junk_acks: int = 10_000
 
 
@@ -101,8 +103,8 @@ async def _each(items: list[Any], worker: Any, concurrency: int = 32) -> None:
     await asyncio.gather(*(run() for _ in range(concurrency)))
 
 
-async def _appends(client: httpx.AsyncClient, base: str, options: SubscriptionOptions) -> dict[str, float]:
-    """Appends at a fixed rate to random streams; the latency of each."""
+async def _appends(client: httpx.AsyncClient, base: str, options: SubscriptionOptions) -> tuple[list[float], float]:
+    """Appends at a fixed rate to random streams: the latency of each, and the generator's CPU."""
     rng = random.Random(7)
     latencies: list[float] = []
     tasks = []
@@ -118,7 +120,7 @@ async def _appends(client: httpx.AsyncClient, base: str, options: SubscriptionOp
         await asyncio.sleep(max(0.0, started + i / options.rate - time.monotonic()))
         tasks.append(asyncio.ensure_future(one(f"g{rng.randrange(options.streams // GROUP)}/{rng.randrange(GROUP)}")))
     await asyncio.gather(*tasks)
-    return {**latency_summary(latencies), "client_cpu": (client_cpu() - cpu) / (time.monotonic() - started)}
+    return latencies, (client_cpu() - cpu) / (time.monotonic() - started)
 
 
 async def _wake_latency(client: httpx.AsyncClient, base: str, samples: int = 20) -> dict[str, float]:
@@ -206,7 +208,7 @@ def run_subscriptions(options: SubscriptionOptions) -> dict[str, dict[str, Any]]
                 headers = {"authorization": f"Bearer {token}"}
                 limits = httpx.Limits(max_connections=64)
                 async with httpx.AsyncClient(timeout=60, headers=headers, limits=limits) as client:
-                    if step == "before":
+                    if step == "setup":
                         await _setup(client, leader, options)
                     elif step == "with":
                         await _subscribe(client, base, options)
@@ -214,24 +216,37 @@ def run_subscriptions(options: SubscriptionOptions) -> dict[str, dict[str, Any]]
                         await _unsubscribe(client, base, options)
                     await asyncio.sleep(2)  # let the leader settle before measuring idle
                     idle = await asyncio.to_thread(_idle_cpu, pid, options.idle_seconds)
-                    row: dict[str, Any] = {"subscriptions": options.subscriptions if step == "with" else 0}
-                    row |= {
-                        "streams": options.streams,
-                        "idle_leader_cpu": idle,
-                        **await _appends(client, base, options),
-                    }
-                    if step == "with":
+                    latencies, generator = await _appends(client, base, options)
+                    row: dict[str, Any] = {"idle": [idle], "latencies": latencies, "generator": [generator]}
+                    if step == "with" and not pooled.get("with subscriptions", {}).get("extra"):  # once
                         wake = await _wake_latency(client, base)
-                        row |= {f"wake_{k}": v for k, v in wake.items()}
-                        row |= await _junk_acks(client, base, health, options.junk_acks)
+                        row["extra"] = {f"wake_{k}": v for k, v in wake.items()}
+                        row["extra"] |= await _junk_acks(client, base, health, options.junk_acks)
                     return row
 
-            # Without, with, and without again (the subscriptions deleted): the data grows as it
-            # runs, so the ratio is taken against both.
-            before = asyncio.run(phase("before"))
-            results["with subscriptions"] = asyncio.run(phase("with"))
-            results["without, before"] = before
-            results["without, after"] = asyncio.run(phase("after"))
+            # Phases alternate (without, with, without, ...) and each side's latencies are pooled:
+            # a cluster on two cores drifts between phases as much as subscriptions could cost.
+            pooled: dict[str, dict[str, Any]] = {}
+            results["with subscriptions"] = {}  # first: the table's ratio column is with / without
+            steps = ["setup"] + ["with", "without"] * options.rounds
+            for step in steps:
+                side = "with subscriptions" if step == "with" else "without"
+                row = asyncio.run(phase(step))
+                into = pooled.setdefault(side, {"idle": [], "latencies": [], "generator": [], "extra": {}})
+                for key in ("idle", "latencies", "generator"):
+                    into[key] += row[key]
+                into["extra"] |= row.get("extra", {})
+            for side, into in pooled.items():
+                results[side] = {
+                    "subscriptions": options.subscriptions if side != "without" else 0,
+                    "streams": options.streams,
+                    "phases": len(into["idle"]),
+                    "idle_leader_cpu": max(into["idle"]),
+                    "appends": len(into["latencies"]),
+                    **latency_summary(into["latencies"]),
+                    "generator_cpu": max(into["generator"]),
+                    **into["extra"],
+                }
             return results
         finally:
             for process in processes:
