@@ -50,7 +50,8 @@ class NotLeader(Exception):
 
 
 class ProposalDropped(Exception):
-    """The entry was replaced by another leader's before it committed."""
+    """The entry was replaced by another leader's before it committed, or its outcome came back
+    inside an installed checkpoint, where it cannot be read; either way the caller retries."""
 
 
 class MembershipRefused(Exception):
@@ -363,6 +364,12 @@ class RaftNode:
         self.log_store.restore(index, index_term)
         membership = self.machine.membership or Membership(dict.fromkeys(self.core.voters, ""))
         self.core.install_checkpoint(term, leader, index, index_term, membership)
+        # A proposal this node made at or below `index` came back inside the checkpoint, where its
+        # outcome cannot be read: its caller must retry (idempotent producers make that safe).
+        for i in [i for i in self._waiters if i <= index]:
+            waiter = self._waiters.pop(i)[1]
+            if not waiter.done():
+                waiter.set_exception(ProposalDropped())
         self._last_compacted, self._applied_bytes = index, 0
         self._membership_changed()
         self.checkpoint_installs += 1

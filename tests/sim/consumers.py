@@ -100,7 +100,7 @@ async def patterns(sim: Simulation) -> None:
         kind, url = ("pull-wake", None) if wake else ("webhook", URL)
         command = PutSubscription(COMPAT_BUCKET, "", sub_id, kind, pattern, [], url, wake, LEASE_MS, None, "http://sim")
         answered = await propose(sim, command)
-        refused = (Code.CONFIG_MISMATCH, Code.INVALID_PATTERN, Code.WAKE_STREAM_COVERED)
+        refused = (Code.CONFIG_MISMATCH, Code.INVALID_PATTERN, Code.WAKE_STREAM_COVERED, Code.WAKE_STREAM_NOT_FOUND)
         if answered is not None and answered[0].code not in (Code.CREATED, Code.EXISTS, *refused):
             sim.fail(f"subscription {sub_id} ({pattern!r}): unexpected outcome {answered[0]}")
 
