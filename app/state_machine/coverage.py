@@ -30,7 +30,7 @@ class Scope:
     prefix: str  # its root and a slash, or "" for a whole bucket
     glob: Glob | None
     explicit: frozenset[str]  # full stream names
-    wake: str | None  # the full name of its wake stream
+    wake: str | None  # the full name of its wake stream (pull-wake)
     scan_prefix: str  # every stream the pattern can match starts with this
 
     @classmethod
@@ -106,6 +106,10 @@ class Coverage:
 
     def is_wake_stream(self, bucket: str, name: str) -> bool:
         return (bucket, name) in self._wakes
+
+    def waking(self, meta: r.StreamMeta) -> list[bytes]:
+        """The pull-wake subscriptions the stream belongs to, in key order."""
+        return sorted(key for key in self.covering(meta) if self.scopes[key].wake is not None)
 
     def covering(self, meta: r.StreamMeta) -> set[bytes]:
         """The subscriptions the stream belongs to."""

@@ -57,15 +57,7 @@ def lookup(table: StreamTable, bucket: str, name: str) -> r.StreamMeta | None:
 
 def bucket_streams(table: StreamTable, bucket: str, prefix: str = "", after: str = "") -> Iterator[r.StreamMeta]:
     """Streams of a bucket in name order, from the committed store."""
-    start = r.name_key(bucket, max(prefix, after))
-    end = r.name_key(bucket, prefix) + b"\xff" if prefix else bucket.encode() + b"\x01"
-    for key, value in table.kv.scan(r.NAMES, start, end):
-        name = r.split_name_key(key)[1]
-        if after and name <= after:
-            continue
-        meta = table.streams.get(r.U64.unpack(value)[0])
-        if meta is not None:
-            yield meta
+    return table.stored_streams(bucket, prefix, after)
 
 
 def own_record(table: StreamTable, sid: int, pos: int) -> bytes | None:

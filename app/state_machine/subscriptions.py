@@ -258,11 +258,10 @@ def wake_covering(table: StreamTable, now: int) -> None:
         meta = table.streams.get(sid)
         if meta is None:
             continue
-        for key in sorted(table.coverage.covering(meta)):
+        for key in table.coverage.waking(meta):  # webhooks are the leader's to deliver
             raw = table.get(r.SUBSCRIPTIONS, key)
-            sub = r.decode_subscription(raw) if raw else None
-            if sub is not None and sub.type == "pull-wake":
-                _wake(table, sub, now)
+            if raw:
+                _wake(table, r.decode_subscription(raw), now)
     table.grown.clear()  # the wake streams' own records: they cover nothing
 
 

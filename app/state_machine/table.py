@@ -90,14 +90,20 @@ class StreamTable:
         self.created.append(meta)
         self.coverage.stream_added(meta)
 
-    def streams_under(self, bucket: str, prefix: str) -> Iterator[r.StreamMeta]:
-        """The streams of a bucket whose names start with `prefix`, those of the batch in progress included."""
-        start = r.name_key(bucket, prefix)
-        end = start + b"\xff" if prefix else bucket.encode() + b"\x01"
-        for _, value in self.kv.scan(r.NAMES, start, end):
+    def stored_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[r.StreamMeta]:
+        """Streams of a bucket in name order, from the committed store."""
+        start = r.name_key(bucket, max(prefix, after))
+        end = r.name_key(bucket, prefix) + b"\xff" if prefix else bucket.encode() + b"\x01"
+        for key, value in self.kv.scan(r.NAMES, start, end):
+            if after and r.split_name_key(key)[1] <= after:
+                continue
             meta = self.streams.get(r.U64.unpack(value)[0])
             if meta is not None:
                 yield meta
+
+    def streams_under(self, bucket: str, prefix: str) -> Iterator[r.StreamMeta]:
+        """The streams of a bucket whose names start with `prefix`, those of the batch in progress included."""
+        yield from self.stored_streams(bucket, prefix)
         for meta in self.created:
             if meta.bucket == bucket and meta.name.startswith(prefix) and self.streams.get(meta.sid) is meta:
                 yield meta
