@@ -16,7 +16,7 @@ import pytest
 from app.cluster.driver import RaftNode
 from app.raft import log_store
 from app.raft.log_store import LogStore
-from app.raft.messages import AppendEntries, AppendResponse, Entry, Message
+from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, ReadIndex, ReadIndexResponse
 from app.state_machine import records
 from app.state_machine.machine import StateMachine
 from app.storage.kv import Batch, MemoryKV
@@ -167,6 +167,49 @@ def test_a_proposal_given_up_as_leadership_is_lost_does_not_kill_the_driver() ->
         caller.cancel()
         await asyncio.sleep(0.01)
         assert not failed and not node.is_leader
+        await node.stop()
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        runner.run(scenario())
+
+
+def test_a_follower_asks_again_when_its_read_index_goes_unanswered() -> None:
+    # A ReadIndex lost on the way (a peer connection closed while idle) left the read waiting until
+    # its deadline, then 503: the follower now asks again within the read's deadline.
+    async def scenario() -> None:
+        sent: list[Message] = []
+
+        async def send(messages: list[Message]) -> None:
+            sent.extend(messages)
+
+        node = RaftNode(
+            2,
+            [1, 2, 3],
+            LogStore(MemoryKV(log_store.COLUMN_FAMILIES)),
+            StateMachine(MemoryKV(records.COLUMN_FAMILIES)),
+            send=send,
+            tick_seconds=100,
+            seed=1,
+            executor=InstantDisk(),
+        )
+        await node.start()
+        node.receive(AppendEntries(1, 1, 2, 0, 0, [], 0))  # leader 1 is known
+        await asyncio.sleep(0.01)
+        started = asyncio.get_running_loop().time()
+        read = asyncio.ensure_future(node.read_barrier(timeout=3.0))
+        await asyncio.sleep(0.01)
+        asked = [m for m in sent if isinstance(m, ReadIndex)]
+        assert len(asked) == 1  # and it is lost
+        for _ in range(20):  # one second
+            await asyncio.sleep(0.05)
+            asked = [m for m in sent if isinstance(m, ReadIndex)]
+            if len(asked) > 1:
+                break
+        assert len(asked) == 2, "not asked again within a second"
+        node.receive(AppendEntries(1, 1, 2, 0, 0, [Entry(1, 1, b"")], 1))
+        node.receive(ReadIndexResponse(1, 1, 2, asked[-1].ctx, 1))
+        await asyncio.wait_for(read, 1.0)
+        assert asyncio.get_running_loop().time() - started < 1.0
         await node.stop()
 
     with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:

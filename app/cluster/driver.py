@@ -41,6 +41,7 @@ COMPACT_BYTES = 64 * 1024 * 1024
 COMPACT_KEEP = 5_000
 CHECKPOINT_RETRY_SECONDS = 1.0
 RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores again
+READ_RETRY_SECONDS = 0.3  # a ReadIndex unanswered this long is asked again, then after twice as long
 
 
 class NotLeader(Exception):
@@ -233,14 +234,24 @@ class RaftNode:
     async def read_barrier(self, timeout: float = 3.0) -> None:
         """Returns once this node has applied everything committed before the call (ReadIndex)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[int] = loop.create_future()
-        self._read_requests.append(fut)
-        self._wake.set()
-        index = await asyncio.wait_for(fut, timeout)
+        deadline = loop.time() + timeout
+        retry = READ_RETRY_SECONDS
+        while True:
+            # A ReadIndex or its answer may be lost on the way (Raft does not resend them): ask again.
+            fut: asyncio.Future[int] = loop.create_future()
+            self._read_requests.append(fut)
+            self._wake.set()
+            try:
+                index = await asyncio.wait_for(fut, max(0.0, min(retry, deadline - loop.time())))
+                break
+            except TimeoutError:
+                if loop.time() >= deadline:
+                    raise
+                retry *= 2
         if self.core.applied < index:
             applied: asyncio.Future[None] = loop.create_future()
             self._applied_waiters.append((index, applied))
-            await asyncio.wait_for(applied, timeout)
+            await asyncio.wait_for(applied, max(0.0, deadline - loop.time()))
 
     def can_install_checkpoint(self, term: int, index: int) -> bool:
         """Whether a checkpoint at `index` from a leader of `term` would move this node forward."""

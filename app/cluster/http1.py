@@ -67,9 +67,14 @@ class Connection(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(ConnectionClosed(str(exc)))
 
+    @property
+    def is_open(self) -> bool:
+        """False once either side closed it (a server closes idle keep-alive connections)."""
+        return self._transport is not None and not self._transport.is_closing()
+
     async def request(self, raw: bytes, timeout: float | None = None) -> tuple[int, bytes]:
         """Sends one complete request and returns (status, body); TimeoutError past `timeout` seconds."""
-        if self._transport is None or self._transport.is_closing():
+        if not self.is_open:
             raise ConnectionClosed("the connection is closed")
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()

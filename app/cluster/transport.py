@@ -239,17 +239,30 @@ class Transport:
             headers = {AUTH_HEADER: sign(self.secret, self.node_id, peer, PATH, body)}
             if self._deliver is not None:
                 headers[REPLIES_HEADER] = "1"
-            try:
-                if conn is None:
-                    conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
-                status, reply = await conn.request(encode_request("POST", url, headers, body), timeout=2.0)
-                if status == 200 and reply:
-                    self._take_reply(peer, conn.head, reply)
-            except Exception as exc:  # noqa: BLE001 - whatever went wrong, this sender must live on
-                log.debug("raft messages to node %s lost: %r", peer, exc)
-                if conn is not None:
-                    conn.close()
-                conn = None
+            request = encode_request("POST", url, headers, body)
+            # The peer closes a connection left idle past its keep-alive timeout. A closed one is
+            # replaced before use, and a request that fails on a reused one (closed meanwhile) is sent
+            # once more on a fresh one: Raft takes a message twice as well as once, but a lost ReadIndex
+            # would leave a read waiting.
+            for _ in range(2):
+                reused = conn is not None and conn.is_open
+                try:
+                    if not reused:
+                        if conn is not None:
+                            conn.close()
+                        conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
+                    assert conn is not None
+                    status, reply = await conn.request(request, timeout=2.0)
+                    if status == 200 and reply:
+                        self._take_reply(peer, conn.head, reply)
+                    break
+                except Exception as exc:  # noqa: BLE001 - whatever went wrong, this sender must live on
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    if not reused or isinstance(exc, TimeoutError):
+                        log.debug("raft messages to node %s lost: %r", peer, exc)
+                        break
 
     def _take_reply(self, peer: int, head: bytes, body: bytes) -> None:
         """Hands the node the messages `peer` replied with, if they are signed by it for this node."""

@@ -71,7 +71,7 @@ class Forwarder:
         now = time.monotonic()
         while idle:
             since, conn = idle.pop()
-            if now - since < IDLE_SECONDS:
+            if now - since < IDLE_SECONDS and conn.is_open:  # the leader may have closed it sooner
                 return conn
             conn.close()
         return None
