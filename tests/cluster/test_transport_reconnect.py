@@ -39,9 +39,8 @@ class Peer:
         try:
             while True:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle)
-                length = next(
-                    int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
-                )
+                lines = head.lower().split(b"\r\n")
+                length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
                 body = await reader.readexactly(length)
                 if served and self.drop_reused:
                     return  # closed with the request unanswered, as a peer closing it just then would
