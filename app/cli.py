@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     serve.add_argument("--tls-ca", type=Path, help="PEM CA bundle verifying https:// peers (default: system CAs)")
     serve.add_argument("--auth", choices=("on", "off"), help="on: data routes need a bearer token with a scope")
-    serve.add_argument("--public-url", help="this node's URL as clients see it, for Location headers")
+    serve.add_argument("--public-url", help="this node's URL as clients see it, for Location headers and callback URLs")
     serve.add_argument(
         "--cors-origin", action="append", dest="cors_origins", help="an origin browsers may call from (repeatable)"
     )

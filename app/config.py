@@ -88,7 +88,11 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(
         default_factory=list, description="origins whose pages may write (and read with tokens); * for any"
     )
-    public_url: str | None = Field(None, description="this node's URL as clients see it, for Location headers")
+    public_url: str | None = Field(
+        None,
+        description="this node's URL as clients see it, for Location headers and subscriptions' callback and JWKS"
+        " URLs; unset: its --peers URL, else http(s)://host:port it listens on (never the request's Host)",
+    )
     webhook_allowed_networks: list[str] = Field(
         default_factory=list,
         description="networks (CIDR) webhooks may reach besides public addresses, e.g. 127.0.0.1/32 for tests",

@@ -66,7 +66,10 @@ class Limits:
     sse_buffer_bytes: int = 1 << 20  # unsent bytes a live subscriber may fall behind by
     snapshot_max_bytes: int = 64 * 1024 * 1024
     bootstrap_max_bytes: int = 8 * 1024 * 1024
-    public_url: str | None = None  # this node's URL as clients see it: Location headers start with it
+    public_url: str | None = None  # this node's URL as clients see it, if configured
+    # What the URLs the node hands out start with (Location, callback and JWKS URLs): public_url, else
+    # the node's own address (app/server.py: base_url). Never a request's Host header.
+    base_url: str = "http://127.0.0.1:4437"
     body_budget_bytes: int = 256 * 1024 * 1024  # request bodies held at once, all requests together
 
 

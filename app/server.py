@@ -9,6 +9,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -132,6 +133,24 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def base_url(settings: Settings) -> str:
+    """What the URLs this node hands out start with (Location headers, a subscription's callback and
+    JWKS URLs): `public_url`; else this node's URL in `peers` (the address the operator gave it, which
+    the other nodes and 307 redirects use); else the address it listens on, a wildcard one (0.0.0.0,
+    ::) standing for the machine's host name. Never a request's Host header, which the client chooses."""
+    if settings.public_url:
+        return settings.public_url.rstrip("/")
+    own = settings.peers.get(settings.node_id)
+    if own:
+        return own.rstrip("/")
+    host = settings.host
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    return f"{'https' if settings.tls_cert else 'http'}://{host}:{settings.port}"
+
+
 def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | None = None) -> ASGIApp:
     """`open_kv(path, column_families)` opens the Raft log's and the state machine's stores; RocksDB by default."""
 
@@ -196,6 +215,7 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             sse_ping_seconds=settings.sse_ping_seconds,
             sse_buffer_bytes=settings.sse_buffer_bytes,
             public_url=settings.public_url.rstrip("/") if settings.public_url else None,
+            base_url=base_url(settings),
             body_budget_bytes=settings.body_budget_bytes,
         )
         store = open_store(
@@ -291,6 +311,8 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: method_not_allowed, 500: server_error},
     )
+    # Starlette would answer /healthz/ with a redirect to an absolute URL built from the Host header.
+    starlette.router.redirect_slashes = False
     starlette.state.auth = auth
     starlette.state.peer_tls = peer_tls
     requests = RequestCounters()

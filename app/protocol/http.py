@@ -44,18 +44,15 @@ class Call:
             self._query = parse_qs(raw, keep_blank_values=True) if raw else {}
         return self._query
 
-    def url(self, public_url: str | None = None) -> str:
-        """The absolute URL of the request, without its query: under `public_url` if set, else from Host."""
+    def url(self, base: str) -> str:
+        """The absolute URL of the request under the node's `base` URL, without its query.
+
+        Never from the Host header: a client could make the node hand out (and store, and send to
+        webhooks) URLs naming any host."""
         # The path as the client sent it (percent-encoded), so the header stays ASCII.
         raw = self.scope.get("raw_path")
         path = raw.decode("latin-1") if raw else quote(self.path)
-        if public_url:
-            return public_url + path
-        host = self.headers.get("host")
-        if host is None:
-            server = self.scope.get("server") or ("127.0.0.1", 80)
-            host = f"{server[0]}:{server[1]}"
-        return f"{self.scope.get('scheme', 'http')}://{host}{path}"
+        return base + path
 
 
 @dataclass(slots=True)

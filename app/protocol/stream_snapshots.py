@@ -90,7 +90,7 @@ async def latest(engine: Engine, target: StreamTarget) -> Reply:
     if meta.latest_snapshot is None:
         raise ProtocolError(404, Code.SNAPSHOT_NOT_FOUND.value, "the stream has no snapshot")
     location = f"{target.base}{quote(target.name)}/snapshot/{format_offset(meta.latest_snapshot)}"
-    if engine.limits.public_url:  # relative otherwise, so it follows whatever Host the client used
+    if engine.limits.public_url:  # relative otherwise: it names this node at whatever address the client used
         location = engine.limits.public_url + location
     return Reply(307, {"location": location, "cache-control": NO_STORE})
 

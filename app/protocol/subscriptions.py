@@ -233,7 +233,8 @@ async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
 
 
 def root_url(call: Call, engine: Engine) -> str:
-    url = call.url(engine.limits.public_url)
+    """The root's absolute URL under the node's base URL (stored for callback URLs, never from Host)."""
+    url = call.url(engine.limits.base_url)
     return url[: url.index("/__ds/")]
 
 

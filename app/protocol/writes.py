@@ -98,7 +98,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     headers = write_headers(outcome)
     headers["content-type"] = meta.content_type if meta else content_type or DEFAULT_CONTENT_TYPE
     if outcome.code is Code.CREATED:
-        headers["location"] = call.url(engine.limits.public_url)
+        headers["location"] = call.url(engine.limits.base_url)
         return Reply(201, headers)
     return Reply(200, headers)
 
