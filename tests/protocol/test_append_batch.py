@@ -129,9 +129,9 @@ async def test_json_frames_fail_one_by_one(client: httpx.AsyncClient, bucket: st
     assert results == [
         {"status": 204, "next_offset": off(8)},
         {"status": 400, "error": "invalid_json"},
-        {"status": 204, "next_offset": off(11)},  # offsets count stored bytes: the array is stored as "2,3"
+        {"status": 204, "next_offset": off(12)},  # offsets count stored bytes: the array is stored as "2, 3"
         {"status": 400, "error": "empty_json_array"},
-        {"status": 204, "next_offset": off(12)},
+        {"status": 204, "next_offset": off(13)},
     ]
     assert json.loads(await read_all(client, path)) == [{"a": 1}, 2, 3, 4]
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import AsyncIterator, Callable
 
 import httpx
+import msgspec
 import pytest
 from starlette.types import Message
 
 from app.protocol.bodies import json_record, read_body
 from app.protocol.http import Call
+from app.state_machine.reader import split_json_record
 from tests.inprocess import Node
 from tests.protocol.helpers import JSON_CT, LIMIT, TEXT, create, error_code, off, raises, read_all
 
@@ -89,17 +92,70 @@ async def test_read_body_disconnect_is_400(first: list[Message]) -> None:
         (b' {"a": 1} ', b'{"a": 1}'),
         (b"42", b"42"),
         (b'"text"', b'"text"'),
-        (b'[ {"a": 1} , 2,"x" ]', b'{"a": 1},2,"x"'),
+        (b'[ {"a": 1} , 2,"x" ]', b'{"a": 1} , 2,"x"'),
+        (b'[\n  {"a": 1},\n  {"b": [1, 2]}\n]\n', b'{"a": 1},\n  {"b": [1, 2]}'),
         (b"\n[1]\n", b"1"),
         (b"[[1,2],[3]]", b"[1,2],[3]"),
         (b"[null]", b"null"),
     ],
 )
 def test_json_record_keeps_message_bytes_and_flattens_one_array_level(data: bytes, record: bytes) -> None:
+    # Whitespace between messages stays: a read's `[` + records joined by `,` + `]` is valid JSON still.
     assert json_record(data, allow_empty=False) == record
 
 
-@pytest.mark.parametrize("data", [b"[]", b" [ ] "])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"a": 1}, {"a": 2}],
+        [[1, [2, []]], "x, y", {"s": "]"}, None, 1.5e300, "\u00e9\n"],
+        [0] * 100,
+        ["one big string " * 100],
+    ],
+)
+@pytest.mark.parametrize(
+    "dumps", [json.dumps, lambda v: json.dumps(v, indent=2), lambda v: json.dumps(v, separators=(",", ":"))]
+)
+def test_json_record_messages_are_the_bodys_elements_byte_for_byte(
+    messages: list[object], dumps: Callable[[object], str]
+) -> None:
+    data = dumps(messages).encode()
+    record = json_record(data, allow_empty=False)
+    assert json.loads(b"[" + bytes(record) + b"]") == messages
+    assert json.loads(b"[" + b",".join([bytes(record)] * 2) + b"]") == messages * 2  # as a read renders two
+    assert split_json_record(record) == [bytes(m) for m in msgspec.json.decode(data, type=list[msgspec.Raw])]
+
+
+def test_json_record_is_a_view_of_the_body_not_a_copy() -> None:
+    data = bytearray(b" [ 1 , 2 ] ")
+    record = json_record(data, allow_empty=False)
+    assert isinstance(record, memoryview) and record.obj is data
+    assert record == b"1 , 2"
+
+
+def test_json_record_strips_long_whitespace_runs() -> None:
+    pad = b" \t\r\n" * 5000  # longer than one strip slice
+    assert json_record(pad + b"[" + pad + b"1" + pad + b"," + pad + b"2" + pad + b"]" + pad, allow_empty=False) == (
+        b"1" + pad + b"," + pad + b"2"
+    )
+    assert json_record(pad + b'"s"' + pad, allow_empty=False) == b'"s"'
+    assert json_record(b"[" + pad + b"]", allow_empty=True) == b""
+
+
+def test_json_record_of_tiny_messages_allocates_no_object_per_message() -> None:
+    # Issue 26: a list of msgspec.Raw made an object per message, 37x the body for [0,0,...] at 64 MiB.
+    data = b"[" + b",".join([b"0"] * (2 << 20)) + b"]"  # 4 MiB, 2 Mi messages
+    tracemalloc.start()
+    try:
+        record = json_record(data, allow_empty=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * len(data), f"peak {peak} bytes for a {len(data)}-byte body"
+    assert record == data[1:-1]
+
+
+@pytest.mark.parametrize("data", [b"[]", b" [ ] ", b"[\n]", b"\t[\r\n\t ]\n"])
 def test_json_record_empty_array_is_an_empty_record_only_where_allowed(data: bytes) -> None:
     assert json_record(data, allow_empty=True) == b""
     with raises(400, "empty_json_array"):
@@ -107,7 +163,12 @@ def test_json_record_empty_array_is_an_empty_record_only_where_allowed(data: byt
 
 
 @pytest.mark.parametrize(
-    "data", [b"", b"  ", b"{", b"[1,", b"{oops", b"[1] [2]", b"1 2", b"[1,]", b"01", b"NaN", b"'a'", b'"a\x01b"']
+    "data",
+    [
+        *(b"", b"  ", b"{", b"[1,", b"{oops", b"[1] [2]", b"1 2", b"[1,]", b"01", b"NaN", b"'a'", b'"a\x01b"'),
+        *(b"[1 2]", b"[1,,2]", b"[,1]", b"[01]", b'["\\q"]', b"[1,2", b"[1]]", b"[ ]]", b"[", b"]", b"[[1]", b"[tru]"),
+        *(b'[{"a" 1}]', b'[{"a":1,}]', b"[1e]", b"[-]", b'["\\u12"]'),
+    ],
 )
 def test_json_record_rejects_invalid_json(data: bytes) -> None:
     with raises(400, "invalid_json") as exc:
@@ -203,7 +264,8 @@ async def test_json_create_and_appends_flatten_arrays(client: httpx.AsyncClient,
     await create(client, path, b'[{"a": 1}, [2]]', JSON_CT)
     with_charset = {"content-type": "application/json; charset=utf-8"}
     assert (await client.post(path, headers=with_charset, content=b' "three" ')).status_code == 204
-    assert await read_all(client, path) == b'[{"a": 1},[2],"three"]'
+    # The record keeps the array's inside as sent, space included.
+    assert await read_all(client, path) == b'[{"a": 1}, [2],"three"]'
 
 
 async def test_json_create_of_an_empty_array_is_an_empty_stream(client: httpx.AsyncClient, path: str) -> None:
