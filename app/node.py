@@ -68,7 +68,8 @@ class Limits:
     bootstrap_max_bytes: int = 8 * 1024 * 1024
     public_url: str | None = None  # this node's URL as clients see it, if configured
     # What the URLs the node hands out start with (Location, callback and JWKS URLs): public_url, else
-    # the node's own address (app/server.py: base_url). Never a request's Host header.
+    # the node's own address (app/server.py: base_url). Never a host the request's Host header names,
+    # unless it is a cluster member's (app/protocol/http.py: absolute_url).
     base_url: str = "http://127.0.0.1:4437"
     body_budget_bytes: int = 256 * 1024 * 1024  # request bodies held at once, all requests together
 

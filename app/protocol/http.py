@@ -6,11 +6,16 @@ ten thousand appends a second they cost more than the append itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, quote
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, quote, urlsplit
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from app.node import Engine
 
 # Browser security headers the protocol recommends on every response.
 SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cross-origin-resource-policy", b"cross-origin")]
@@ -44,15 +49,31 @@ class Call:
             self._query = parse_qs(raw, keep_blank_values=True) if raw else {}
         return self._query
 
-    def url(self, base: str) -> str:
-        """The absolute URL of the request under the node's `base` URL, without its query.
+    def url(self, base: str, members: Iterable[str] = ()) -> str:
+        """The absolute URL of the request, without its query: under the node's `base` URL, or under
+        the one of the cluster's `members` (their base URLs) whose host and port the Host header names.
 
-        Never from the Host header: a client could make the node hand out (and store, and send to
-        webhooks) URLs naming any host."""
+        A follower forwarding a write keeps its client's Host, so the URL names the node the client
+        reached. Any other Host is ignored: a client could otherwise have the node hand out (and
+        store, and send to webhooks) URLs naming any host."""
+        host = self.headers.get("host")
+        if host:
+            host = host.lower()
+            for member in members:
+                if member and urlsplit(member).netloc.lower() == host:
+                    base = member.rstrip("/")
+                    break
         # The path as the client sent it (percent-encoded), so the header stays ASCII.
         raw = self.scope.get("raw_path")
         path = raw.decode("latin-1") if raw else quote(self.path)
         return base + path
+
+
+def absolute_url(call: Call, engine: Engine) -> str:
+    """The request's URL as the node hands it out (Location, a subscription's root): under
+    `public_url` when it is set, else under this node's base URL or the member's its Host names."""
+    limits = engine.limits
+    return call.url(limits.base_url, () if limits.public_url else engine.peers.values())
 
 
 @dataclass(slots=True)

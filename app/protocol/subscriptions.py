@@ -26,7 +26,7 @@ from app.domain.offsets import format_offset, parse_position
 from app.node import Engine
 from app.protocol.bodies import read_body
 from app.protocol.errors import answer, error_reply
-from app.protocol.http import Call, Reply
+from app.protocol.http import Call, Reply, absolute_url
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import ControlTarget, validate_stream_id
 from app.runtime import blocking
@@ -233,8 +233,8 @@ async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
 
 
 def root_url(call: Call, engine: Engine) -> str:
-    """The root's absolute URL under the node's base URL (stored for callback URLs, never from Host)."""
-    url = call.url(engine.limits.base_url)
+    """The root's absolute URL (stored for callback URLs): never under a host the configuration does not name."""
+    url = absolute_url(call, engine)
     return url[: url.index("/__ds/")]
 
 

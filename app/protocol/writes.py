@@ -16,7 +16,7 @@ from app.protocol.headers import (
     parse_sub_offset,
     parse_ttl,
 )
-from app.protocol.http import Call, Reply
+from app.protocol.http import Call, Reply, absolute_url
 from app.protocol.responses import raise_for, write_headers
 from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
@@ -98,7 +98,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     headers = write_headers(outcome)
     headers["content-type"] = meta.content_type if meta else content_type or DEFAULT_CONTENT_TYPE
     if outcome.code is Code.CREATED:
-        headers["location"] = call.url(engine.limits.base_url)
+        headers["location"] = absolute_url(call, engine)
         return Reply(201, headers)
     return Reply(200, headers)
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.protocol.http import Call
 from app.server import base_url
 from tests.inprocess import node_client
 from tests.subscriptions.test_http import Receiver
@@ -133,3 +134,21 @@ def test_the_base_url_comes_from_the_configuration(settings: dict[str, object], 
 def test_a_wildcard_listen_address_stands_for_the_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("socket.gethostname", lambda: "box")
     assert base_url(Settings.model_validate({"host": "0.0.0.0"})) == "http://box:4437"
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("127.0.0.1:4438", "http://127.0.0.1:4438/v1/stream/x"),  # a member: as a follower forwards its client's
+        ("NODE3.example:443", "https://node3.example:443/v1/stream/x"),
+        ("evil.example", "http://127.0.0.1:4437/v1/stream/x"),
+        ("127.0.0.1:9999", "http://127.0.0.1:4437/v1/stream/x"),
+        (None, "http://127.0.0.1:4437/v1/stream/x"),
+    ],
+)
+def test_a_host_picks_only_among_the_members_urls(host: str | None, expected: str) -> None:
+    members = ["http://127.0.0.1:4437", "http://127.0.0.1:4438/", "https://node3.example:443", ""]
+    headers = [] if host is None else [(b"host", host.encode())]
+    scope = {"method": "PUT", "path": "/v1/stream/x", "raw_path": b"/v1/stream/x", "headers": headers}
+    call = Call.from_scope(scope, None)  # type: ignore[arg-type]
+    assert call.url("http://127.0.0.1:4437", members) == expected
