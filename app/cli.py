@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
             edge = plan_limits(
                 max_connections=settings.max_connections,
                 fd_reserve=settings.fd_reserve,
+                max_connections_per_client=settings.max_connections_per_client,
                 header_timeout=settings.header_timeout,
                 keepalive_timeout=settings.keepalive_timeout,
                 body_timeout=settings.body_timeout,
@@ -133,12 +134,13 @@ def main(argv: list[str] | None = None) -> None:
             )
         except ValueError as exc:
             raise SystemExit(f"rill: {exc}") from None
+        protocol = protocol_for(edge)
         uvicorn.run(
-            create_app(settings),
+            create_app(settings, clients=protocol.clients),
             host=settings.host,
             port=settings.port,
             loop="uvloop",
-            http=protocol_for(edge),
+            http=protocol,
             ws="none",
             backlog=edge.backlog,
             access_log=settings.access_log,

@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     max_connections: int | None = Field(
         None, ge=1, description="open client connections (503 past it); unset: what the fd limit leaves past fd_reserve"
     )
+    max_connections_per_client: int | None = Field(
+        None,
+        ge=0,
+        description="open connections from one client IP address (IPv6: one /64; the cluster's nodes are exempt;"
+        " 503 past it); unset: a quarter of max_connections; 0: no per-client limit (e.g. behind a proxy)",
+    )
     fd_reserve: int = Field(256, ge=0, description="file descriptors kept from clients for RocksDB, peers, cold store")
     read_chunk_bytes: int = Field(1024 * 1024, ge=1024)
     snapshot_max_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest published snapshot (413 past it)")

@@ -44,6 +44,7 @@ from app.routes import StreamRoutes
 from app.runtime import blocking
 from app.security.authenticator import Authenticator
 from app.security.quotas import Quotas
+from app.serving.clients import ClientSlots
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import COLUMN_FAMILIES
 from app.storage.disk import DiskGuard
@@ -151,8 +152,13 @@ def base_url(settings: Settings) -> str:
     return f"{'https' if settings.tls_cert else 'http'}://{host}:{settings.port}"
 
 
-def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | None = None) -> ASGIApp:
-    """`open_kv(path, column_families)` opens the Raft log's and the state machine's stores; RocksDB by default."""
+def create_app(
+    settings: Settings,
+    open_kv: Callable[[Path, list[str]], KV] | None = None,
+    clients: ClientSlots | None = None,
+) -> ASGIApp:
+    """`open_kv(path, column_families)` opens the Raft log's and the state machine's stores; RocksDB by default.
+    `clients` is the HTTP edge's count of connections per address, from which the cluster's nodes are exempted."""
 
     auth = Authenticator(settings.auth, wall_clock_ms)
     # Peers and a forwarded write's leader at https:// URLs are verified against --tls-ca (default: system CAs).
@@ -264,9 +270,17 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             engine.set_membership(new)
             if transport is not None:
                 transport.set_peers(engine.peers)
+            if clients is not None:
+                clients.peers_changed()
 
         node.on_membership = membership_changed
         node.on_failure = lambda: os.kill(os.getpid(), signal.SIGTERM)
+
+        def others() -> list[str]:
+            return [url for pid, url in engine.peers.items() if pid != settings.node_id]
+
+        # The other nodes' Raft messages and forwarded writes must not meet the per-client connection limit.
+        exempting = asyncio.create_task(clients.follow_peers(others)) if clients is not None else None
         await node.start()
         # Long-lived startup objects leave the collector's view, and young collections run less
         # often: request objects die by reference counting, and full passes cost p99 latency.
@@ -283,6 +297,8 @@ def create_app(settings: Settings, open_kv: Callable[[Path, list[str]], KV] | No
             sweeper.cancel()
             tierer.cancel()
             deliverer.cancel()
+            if exempting is not None:
+                exempting.cancel()
             if transport is not None and await node.transfer_leadership():
                 log.info("handed leadership over before shutting down")
             await node.stop()

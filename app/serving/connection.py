@@ -9,6 +9,9 @@ rate, on the clock that runs only while the server is reading for the app.
 One timer handle per connection, re-armed lazily: callbacks only note times, and the timer, when it
 fires, reads the current phase's deadline and either acts or sleeps until it. A request on a busy
 keep-alive connection costs no timer work; the timer wakes about once per keep-alive period.
+
+A connection past `max_connections`, or past `max_connections_per_client` from its client's address
+(app/serving/clients.py), is answered with a 503 and closed before anything is read.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from app.serving.clients import ClientSlots, client_key
 from app.serving.cycle import EXTENSION, Cycle
 from app.serving.limits import LINGER_SECONDS, EdgeLimits
 from app.serving.responses import error_response
@@ -34,6 +38,7 @@ _IDLE, _HEAD, _BODY = 0, 1, 2
 _SLACK = 0.005
 _CAP_WARNING_SECONDS = 10.0
 _last_cap_warning = float("-inf")
+_last_client_cap_warning = float("-inf")
 logger = logging.getLogger("uvicorn.error")
 
 
@@ -69,6 +74,7 @@ class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, bounded: see the module's docstring."""
 
     limits = EdgeLimits()  # protocol_for() binds the server's limits
+    clients = ClientSlots(limits.max_connections_per_client)  # and the server's count of connections per address
     cycle: Cycle  # type: ignore[assignment]
     pipeline: deque[tuple[Cycle, Any]]  # type: ignore[assignment]
 
@@ -97,6 +103,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._stalled_bytes = 0  # read in BODY without body progress: trailers, framing
         self._paused_at: float | None = None
         self._paused_total = 0.0
+        self._client: str | None = None  # the address this connection counts against, if it counts
 
     # Connection events
 
@@ -104,6 +111,13 @@ class EdgeProtocol(HttpToolsProtocol):
         if len(self.connections) >= self.limits.max_connections:
             self._refuse(transport)
             return
+        key = client_key(transport.get_extra_info("peername"))
+        if self.clients.counted(key):
+            assert key is not None
+            if not self.clients.take(key):
+                self._refuse_client(transport, key)
+                return
+            self._client = key
         super().connection_made(transport)
         self.flow = _Flow(transport, self)
         self._idle_since = self.loop.time()
@@ -115,6 +129,9 @@ class EdgeProtocol(HttpToolsProtocol):
             self._timer.cancel()
             self._timer = None
         self.connections.discard(self)
+        if self._client is not None:
+            self.clients.give(self._client)
+            self._client = None
         cycle = self.cycle
         if cycle is not None:
             if not cycle.response_complete:
@@ -341,15 +358,29 @@ class EdgeProtocol(HttpToolsProtocol):
     def _refuse(self, transport: asyncio.Transport) -> None:
         """Past max_connections: a 503 and an immediate close, before reading anything."""
         global _last_cap_warning
-        self.transport = transport  # for connection_lost
-        self._done = True
         now = self.loop.time()
         if now - _last_cap_warning >= _CAP_WARNING_SECONDS:
             _last_cap_warning = now
             logger.warning("max_connections (%d) reached: refusing new connections", self.limits.max_connections)
         message = f"the server has {self.limits.max_connections} connections open; retry shortly"
+        self._answer_and_close(transport, "too_many_connections", message)
+
+    def _refuse_client(self, transport: asyncio.Transport, key: str) -> None:
+        """Past max_connections_per_client: the same, for one address's new connection."""
+        global _last_client_cap_warning
+        limit = self.clients.limit
+        now = self.loop.time()
+        if now - _last_client_cap_warning >= _CAP_WARNING_SECONDS:
+            _last_client_cap_warning = now
+            logger.warning("max_connections_per_client (%d) reached by %s: refusing its new connections", limit, key)
+        message = f"this client address has {limit} connections open, as many as one may; close some or retry shortly"
+        self._answer_and_close(transport, "too_many_connections_from_client", message)
+
+    def _answer_and_close(self, transport: asyncio.Transport, code: str, message: str) -> None:
+        self.transport = transport  # for connection_lost
+        self._done = True
         default_headers = self.server_state.default_headers
-        transport.write(error_response(503, "too_many_connections", message, default_headers, retry_after=1))
+        transport.write(error_response(503, code, message, default_headers, retry_after=1))
         transport.close()
 
     def _can_answer(self) -> bool:
@@ -393,9 +424,10 @@ class EdgeProtocol(HttpToolsProtocol):
 
 def protocol_for(limits: EdgeLimits) -> type[EdgeProtocol]:
     """An EdgeProtocol class bound to `limits`, for uvicorn's `http=` (it makes one per connection)."""
-    chosen = limits
+    chosen, slots = limits, ClientSlots(limits.max_connections_per_client)
 
     class RillHttpProtocol(EdgeProtocol):
         limits = chosen
+        clients = slots  # one count per server: create_app exempts the cluster's nodes from it
 
     return RillHttpProtocol

@@ -20,6 +20,7 @@ class EdgeLimits:
     """What one connection may cost; the Settings fields of the same names document each."""
 
     max_connections: int = 1024
+    max_connections_per_client: int = 256  # 0: no per-client limit
     header_timeout: float = 10.0
     keepalive_timeout: float = 5.0
     body_timeout: float = 30.0
@@ -53,6 +54,7 @@ def plan_limits(
     *,
     max_connections: int | None,
     fd_reserve: int,
+    max_connections_per_client: int | None = None,
     header_timeout: float,
     keepalive_timeout: float,
     body_timeout: float,
@@ -63,6 +65,8 @@ def plan_limits(
 
     Connections get what the fd limit leaves after `fd_reserve` (RocksDB, Raft peers, the cold
     store) and the listen backlog; an explicit `max_connections` larger than that is lowered to it.
+    One client address gets a quarter of the connections unless `max_connections_per_client` says
+    otherwise (0: no per-client limit).
     """
     fd_limit = raise_fd_limit()
     backlog = listen_backlog(fd_limit)
@@ -84,6 +88,7 @@ def plan_limits(
         )
     return EdgeLimits(
         max_connections=cap,
+        max_connections_per_client=per_client_cap(cap, max_connections_per_client),
         header_timeout=header_timeout,
         keepalive_timeout=keepalive_timeout,
         body_timeout=body_timeout,
@@ -91,3 +96,15 @@ def plan_limits(
         max_header_bytes=max_header_bytes,
         backlog=backlog,
     )
+
+
+def per_client_cap(max_connections: int, setting: int | None) -> int:
+    """One address's share of the connections: a quarter unless set (0: unlimited).
+
+    A quarter: it takes four addresses to fill the server, and one greedy client, whatever it does,
+    leaves three quarters to the others; yet a busy host (a backend tailing many streams over
+    long-polls, many users behind one NAT) gets thousands of connections at the default fd limit.
+    """
+    if setting is None:
+        return max(1, max_connections // 4)
+    return min(setting, max_connections)

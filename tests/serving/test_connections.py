@@ -1,5 +1,6 @@
 """A flood of idle sockets on a process with 1,024 fds: past the cap new connections get a 503 and a
-close, the stores keep their fds, and the idle sockets are reclaimed by the keep-alive timeout."""
+close, the stores keep their fds, and the idle sockets are reclaimed by the keep-alive timeout. From
+one address the flood takes a quarter of the connections (max_connections_per_client), not all."""
 
 from __future__ import annotations
 
@@ -20,23 +21,28 @@ FD_LIMIT = 1024
 FLOOD = 1100
 KEEPALIVE_TIMEOUT = 4.0
 CAP = FD_LIMIT - 256 - 64  # the fd reserve and the listen backlog of a 1,024-fd process
+PER_CLIENT = CAP // 4  # max_connections_per_client's default
 
 
 def _limit_fds() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
 
 
-@pytest.fixture()
-def small(tmp_path: Path) -> Iterator[RillProcess]:
+def _small(tmp_path: Path, config: str) -> RillProcess:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = FLOOD + 256  # this test's own sockets
     if soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
             pytest.skip(f"the test needs {needed} fds; the hard limit is {hard}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-    config = tmp_path / "edge.toml"
-    config.write_text(f"keepalive_timeout = {KEEPALIVE_TIMEOUT}\n")
-    server = RillProcess(tmp_path / "data", None, "--config", str(config), preexec_fn=_limit_fds).start()
+    path = tmp_path / "edge.toml"
+    path.write_text(f"keepalive_timeout = {KEEPALIVE_TIMEOUT}\n{config}")
+    return RillProcess(tmp_path / "data", None, "--config", str(path), preexec_fn=_limit_fds).start()
+
+
+@pytest.fixture()
+def small(tmp_path: Path) -> Iterator[RillProcess]:
+    server = _small(tmp_path, "max_connections_per_client = 0\n")  # the flood's one address may take every slot
     yield server
     server.stop()
 
@@ -108,3 +114,31 @@ def test_an_idle_flood_is_capped_and_reclaimed(small: RillProcess) -> None:
     assert httpx.get(url, params={"offset": "-1"}, timeout=10).content.endswith(b"after")
     assert small.alive()
     assert "Too many open files" not in small.log_path.read_text()
+
+
+def test_a_flood_from_one_address_leaves_the_other_clients_room(tmp_path: Path) -> None:
+    server = _small(tmp_path, "")
+    url = server.url + "/v1/stream/flood"
+    try:
+        assert httpx.put(url, headers={"content-type": "text/plain"}, timeout=10).status_code == 201
+        sockets = _flood(server.port)
+        try:
+            time.sleep(0.5)
+            readable = set(ready(sockets, 0))
+            refused = [parse(raw) for raw in (read_to_close(s, 5) for s in readable) if raw]
+            assert refused, "nothing was refused past the per-client cap"
+            for reply in refused:
+                assert_error(reply, 503, "too_many_connections_from_client")
+                assert reply.headers["retry-after"] == "1"
+            held = len(sockets) - len(readable)  # idle ones the keep-alive timeout closed are not held
+            assert 0 < held <= PER_CLIENT, f"{held} connections held from one address"
+            # Another client gets in while the flood holds its share (before, all 704 were taken).
+            other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=10)
+            with other:
+                assert other.post(url, content=b"during", headers={"content-type": "text/plain"}).status_code == 204
+        finally:
+            for sock in sockets:
+                sock.close()
+        assert server.alive()
+    finally:
+        server.stop()

@@ -54,3 +54,14 @@ def test_the_soft_fd_limit_is_raised_to_the_hard_one_within_the_ceiling() -> Non
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 2048
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_one_client_gets_a_quarter_of_the_connections_unless_set(fd_limit: Any) -> None:
+    fd_limit(1024)
+    assert plan_limits(max_connections=None, fd_reserve=256, **TIMEOUTS).max_connections_per_client == 704 // 4
+    assert plan_limits(max_connections=100, fd_reserve=256, **TIMEOUTS).max_connections_per_client == 25
+    assert plan_limits(max_connections=2, fd_reserve=256, **TIMEOUTS).max_connections_per_client == 1
+    explicit = dict(max_connections=100, fd_reserve=256, **TIMEOUTS)
+    assert plan_limits(**explicit, max_connections_per_client=10).max_connections_per_client == 10
+    assert plan_limits(**explicit, max_connections_per_client=0).max_connections_per_client == 0  # off
+    assert plan_limits(**explicit, max_connections_per_client=500).max_connections_per_client == 100
