@@ -74,11 +74,12 @@ class Connection(asyncio.Protocol):
 
     async def request(self, raw: bytes, timeout: float | None = None) -> tuple[int, bytes]:
         """Sends one complete request and returns (status, body); TimeoutError past `timeout` seconds."""
-        if not self.is_open:
+        transport = self._transport
+        if transport is None or transport.is_closing():
             raise ConnectionClosed("the connection is closed")
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        self._transport.write(raw)
+        transport.write(raw)
         if timeout is None:
             return await waiter
         timer = loop.call_later(timeout, _expire, waiter)  # not wait_for: that makes a task per request
