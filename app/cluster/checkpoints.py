@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from app.raft.validate import STALE_CHECKPOINT
 from app.runtime import blocking
 from app.state_machine import records
 from app.state_machine.export import Pair, applied_point, export, load
@@ -109,6 +110,7 @@ class Checkpoints:
             if chunk.seq == 0:
                 await self._abort()
                 if not self.node.can_install_checkpoint(chunk.term, chunk.index):
+                    self.node.note_refused(chunk.src, STALE_CHECKPOINT)
                     return False
                 self._staging = await blocking.run("checkpoints", self.store.begin_staging)
                 self._receiving, self._next_seq = point, 0

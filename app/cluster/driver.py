@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
@@ -28,6 +29,7 @@ from app.raft.core import RaftCore
 from app.raft.log_store import LogStore
 from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
 from app.raft.ready import Role
+from app.raft.validate import STALE_TERM
 from app.storage.disk import OutOfSpace, insufficient_storage, out_of_space
 
 log = logging.getLogger("rill.raft")
@@ -41,6 +43,7 @@ COMPACT_BYTES = 64 * 1024 * 1024
 COMPACT_KEEP = 5_000
 CHECKPOINT_RETRY_SECONDS = 1.0
 RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores again
+REFUSAL_LOG_SECONDS = 10.0
 READ_RETRY_SECONDS = 0.3  # a ReadIndex unanswered this long is asked again, then after twice as long
 
 
@@ -113,6 +116,8 @@ class RaftNode:
         self.fsync = Histogram()
         self.leader_changes = 0
         self.checkpoint_installs = 0
+        self.refused: Counter[tuple[int, str]] = Counter()  # (peer, why) -> peer messages refused
+        self._refusals_logged: dict[tuple[int, str], float] = {}
         self._leader_seen = (0, 0)  # (term, leader)
         self.caught_up_at = 0.0  # monotonic time this node last had applied all it knew committed
 
@@ -253,6 +258,15 @@ class RaftNode:
             self._applied_waiters.append((index, applied))
             await asyncio.wait_for(applied, max(0.0, deadline - loop.time()))
 
+    def note_refused(self, peer: int, reason: str) -> None:
+        """Counts a refused peer message (app/raft/validate.py), and logs it at most every 10 s per peer and kind."""
+        key = (peer, reason)
+        self.refused[key] += 1
+        now = time.monotonic()
+        if reason != STALE_TERM and now - self._refusals_logged.get(key, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:
+            self._refusals_logged[key] = now
+            log.warning("refused a Raft message from node %s: %s (%d so far)", peer, reason, self.refused[key])
+
     def can_install_checkpoint(self, term: int, index: int) -> bool:
         """Whether a checkpoint at `index` from a leader of `term` would move this node forward."""
         return self.core.can_install_checkpoint(term, index)
@@ -329,6 +343,8 @@ class RaftNode:
                 self._send_checkpoint(peer)
             for ctx, index in rd.reads:
                 self._answer_reads(ctx, index)
+            for peer, reason in rd.refused:
+                self.note_refused(peer, reason)
             seen = (self.core.term, self.core.leader)
             if self.core.leader and seen != self._leader_seen:  # a leader of a new term, not a lost one
                 self._leader_seen = seen

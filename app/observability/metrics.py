@@ -38,6 +38,7 @@ METRIC_NAMES = (
     "rill_raft_fsync_duration_seconds",
     "rill_raft_replication_lag_entries",
     "rill_raft_snapshot_installs_total",
+    "rill_raft_refused_messages_total",
     "rill_tiering_untiered_bytes",
     "rill_tiering_local_bytes",
     "rill_tiering_upload_duration_seconds",
@@ -123,6 +124,12 @@ class NodeCollector(Collector):
                 lag.add_metric([str(peer)], max(0, status.last_index - match))
         yield lag
         yield _counter("rill_raft_snapshot_installs_total", "Checkpoints taken from a leader", node.checkpoint_installs)
+        refused = CounterMetricFamily(
+            "rill_raft_refused_messages", "Peer messages refused as impossible or stale", labels=["peer", "reason"]
+        )
+        for (peer, reason), count in sorted(node.refused.items()):
+            refused.add_metric([str(peer), reason], count)
+        yield refused
 
     def _tiering(self) -> Iterator[Metric]:
         worker, machine = self.tiering, self.engine.machine

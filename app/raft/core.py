@@ -52,6 +52,7 @@ from app.raft.progress import ProgressTracker
 from app.raft.raft_log import RaftLog
 from app.raft.read_only import ReadOnly
 from app.raft.ready import Ready, Role
+from app.raft.validate import STALE_TERM, refusal
 
 
 class RaftCore:
@@ -99,6 +100,7 @@ class RaftCore:
         self.outbox: list[Message] = []
         self.checkpoint_requests: list[int] = []
         self.read_states: list[tuple[int, int]] = []  # (ctx, read index; 0 when refused)
+        self.refused: list[tuple[int, str]] = []  # (peer, why) for each message refused (app/raft/validate.py)
         self._emitted = HardState(self.term, self.vote, self.commit)
 
     @property
@@ -195,6 +197,10 @@ class RaftCore:
         return True
 
     def step(self, msg: Message) -> None:
+        reason = refusal(self, msg)
+        if reason is not None:
+            self.refused.append((msg.src, reason))
+            return
         if self.role is Role.LEADER and msg.src in self.voters:
             self.tracker.active.add(msg.src)
         if isinstance(msg, RequestVote) and not msg.transfer and self._in_lease():
@@ -208,6 +214,7 @@ class RaftCore:
                 leader = msg.src if isinstance(msg, AppendEntries) else 0
                 self._become_follower(msg.term, leader)
         if msg.term < self.term:
+            self.refused.append((msg.src, STALE_TERM))
             if isinstance(msg, AppendEntries):
                 self.outbox.append(AppendResponse(self.term, self.id, msg.src, False, self.log.last_index()))
             elif isinstance(msg, RequestVote):
@@ -275,6 +282,7 @@ class RaftCore:
         rd.messages, self.outbox = self.outbox, []
         rd.checkpoints, self.checkpoint_requests = self.checkpoint_requests, []
         rd.reads, self.read_states = self.read_states, []
+        rd.refused, self.refused = self.refused, []
         upto = min(self.commit, self.log.stable, self.log.last_index())
         if upto > self.applied:
             rd.committed = self.log.slice(self.applied + 1, upto + 1)

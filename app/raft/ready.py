@@ -23,6 +23,8 @@ class Ready:
     committed: list[Entry] = field(default_factory=list)  # apply in order
     checkpoints: list[int] = field(default_factory=list)  # peers to stream a checkpoint to
     reads: list[tuple[int, int]] = field(default_factory=list)  # (ctx, read index; 0 when refused)
+    refused: list[tuple[int, str]] = field(default_factory=list)  # (peer, why): peer input refused
 
     def __bool__(self) -> bool:
-        return any((self.hard_state, self.entries, self.messages, self.committed, self.checkpoints, self.reads))
+        parts = (self.hard_state, self.entries, self.messages, self.committed, self.checkpoints, self.reads)
+        return any(parts) or bool(self.refused)

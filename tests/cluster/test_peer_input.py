@@ -1,0 +1,119 @@
+"""Signed Raft input that no correct node could send is refused, logged with the sender's id and
+counted in /metrics, on real processes; the node keeps running and the cluster keeps its data."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import httpx
+import msgspec
+import pytest
+
+from app.cluster.checkpoints import PATH as CHECKPOINT_PATH
+from app.cluster.checkpoints import CheckpointChunk
+from app.cluster.transport import AUTH_HEADER, PATH, sign
+from app.raft.messages import AppendEntries, AppendResponse, Entry, Message
+from tests.server import RillCluster, read_to_tail
+
+SECRET = RillCluster.SECRET.encode()
+TEXT = {"content-type": "text/plain"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RillCluster]:
+    cluster = RillCluster(tmp_path_factory.mktemp("peer-input"), 3).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _post(cluster: RillCluster, dst: int, path: str, src: int, body: bytes) -> httpx.Response:
+    headers = {AUTH_HEADER: sign(SECRET, src, dst, path, body)}
+    return httpx.post(cluster.nodes[dst].url + path, content=body, headers=headers, timeout=5)
+
+
+def _send(cluster: RillCluster, dst: int, *messages: Message) -> httpx.Response:
+    return _post(cluster, dst, PATH, messages[0].src, msgspec.msgpack.encode(list(messages)))
+
+
+def _refused(cluster: RillCluster, node: int, peer: int, reason: str) -> float:
+    metrics = httpx.get(cluster.nodes[node].url + "/metrics", headers=cluster.admin).text
+    found = re.search(rf'rill_raft_refused_messages_total{{peer="{peer}",reason="{reason}"}} (\S+)', metrics)
+    return float(found.group(1)) if found else 0.0
+
+
+def _roles(cluster: RillCluster) -> tuple[int, int, dict[str, object]]:
+    leader = cluster.wait_for_leader()
+    follower = next(i for i in cluster.nodes if i != leader)
+    health = cluster.health(follower)
+    assert health is not None
+    return leader, follower, health
+
+
+@pytest.fixture(scope="module")
+def stream(cluster: RillCluster) -> str:
+    leader = cluster.wait_for_leader()
+    url = cluster.nodes[leader].url + "/v1/stream/kept"
+    assert httpx.put(url, content=b"one,", headers=TEXT).status_code == 201
+    assert httpx.post(url, content=b"two,", headers=TEXT).status_code == 204
+    cluster.wait_converged()
+    return "/v1/stream/kept"
+
+
+def _intact(cluster: RillCluster, stream: str, expected: bytes) -> None:
+    """Every node is alive, the cluster takes a write, and every node serves the same bytes."""
+    assert all(node.alive() for node in cluster.nodes.values())
+    leader = cluster.wait_for_leader()
+    assert httpx.post(cluster.nodes[leader].url + stream, content=b"more,", headers=TEXT).status_code == 204
+    cluster.wait_converged()
+    for node in cluster.nodes.values():
+        with httpx.Client(timeout=5) as client:
+            assert read_to_tail(client, node.url + stream) == expected + b"more,"
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("overwrite", "overwrites_committed"),
+        ("past-term", "stale_term"),
+        ("out-of-range", "entries_out_of_order"),
+        ("match-beyond-log", "match_beyond_log"),
+        ("stale-checkpoint", "stale_checkpoint"),
+    ],
+)
+def test_signed_impossible_input_is_refused_logged_and_counted(
+    cluster: RillCluster, stream: str, case: str, reason: str
+) -> None:
+    leader, follower, health = _roles(cluster)
+    term, commit, last = int(health["term"]), int(health["commit"]), int(health["last_index"])  # type: ignore[call-overload]
+    target, sender = follower, leader
+    before = read_to_tail(httpx.Client(timeout=5), cluster.nodes[leader].url + stream)
+    if case == "overwrite":  # from a term ahead, so the term alone would have been taken
+        response = _send(
+            cluster, follower, AppendEntries(term + 1, leader, follower, 0, 0, [Entry(term + 1, 1, b"x")], commit)
+        )
+    elif case == "past-term":
+        response = _send(cluster, follower, AppendEntries(0, leader, follower, 0, 0, [], 0))
+    elif case == "out-of-range":
+        response = _send(
+            cluster, follower, AppendEntries(term, leader, follower, last, 0, [Entry(term, last + 5, b"")], 0)
+        )
+    elif case == "match-beyond-log":
+        target, sender = leader, follower
+        response = _send(cluster, leader, AppendResponse(term, follower, leader, True, last + 1_000_000))
+    else:
+        chunk = CheckpointChunk(term, leader, follower, 1, 1, 0, False, [])
+        response = _post(cluster, follower, CHECKPOINT_PATH, leader, msgspec.msgpack.encode(chunk))
+        assert response.status_code == 409
+    assert response.status_code in (200, 204, 409), response.text
+    deadline = time.monotonic() + 5
+    while _refused(cluster, target, sender, reason) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _refused(cluster, target, sender, reason) >= 1
+    if reason != "stale_term":  # a past term is ordinary after a partition: counted, not logged
+        log = cluster.nodes[target].log_path.read_text()
+        assert f"refused a Raft message from node {sender}: {reason}" in log
+    _intact(cluster, stream, before)
