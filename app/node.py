@@ -198,8 +198,11 @@ class Engine:
         data = encode_envelope(now, command)
         # An append's apply on this node can take the command as it is, not decoded from the entry.
         decoded = Envelope(now, command) if isinstance(command, Append) and len(command.body) <= LARGE_BODY else None
-        if self.disk is not None and _grows_storage(command):
-            self.disk.check(len(data))  # 507 below the free-space watermark
+        if self.disk is not None:
+            if _grows_storage(command):
+                self.disk.check(len(data))  # 507 below the free-space watermark
+            else:
+                self.disk.usage()  # measured now and then: a full disk gives up its ballast, so deletes can run
         appended = len(command.body) if isinstance(command, Append) else 0
         if isinstance(command, Append | CreateStream) and len(command.body) > LARGE_BODY:
             # The entry holds the body now: drop this reference so a large one is held once.

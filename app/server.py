@@ -49,7 +49,7 @@ from app.state_machine.machine import StateMachine
 from app.state_machine.records import COLUMN_FAMILIES
 from app.storage.disk import DiskGuard
 from app.storage.kv import KV
-from app.storage.rocks import RocksKV
+from app.storage.rocks import RocksKV, reopen_need
 from app.storage.state_store import StateStore
 from app.subscriptions.delivery import Deliveries
 from app.subscriptions.settings import WebhookSettings
@@ -173,12 +173,16 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         data_dir = Path(settings.data_dir)
+        state_store = StateStore(data_dir, COLUMN_FAMILIES)
         disk = DiskGuard(
-            data_dir, settings.disk_min_free_bytes, settings.disk_min_free_ratio, settings.disk_ballast_bytes
+            data_dir,
+            settings.disk_min_free_bytes,
+            settings.disk_min_free_ratio,
+            settings.disk_ballast_bytes,
+            reserve=lambda: reopen_need(data_dir / "raft") + reopen_need(state_store.path),
         )
         disk.start()  # before the stores open: opening writes, and on a full disk the ballast makes room
         raft_kv = (open_kv or RocksKV)(data_dir / "raft", log_store.COLUMN_FAMILIES)
-        state_store = StateStore(data_dir, COLUMN_FAMILIES)
         signals = Signals()
         state_kv = state_store.open() if open_kv is None else open_kv(state_store.path, COLUMN_FAMILIES)
         machine = StateMachine(

@@ -87,7 +87,9 @@ class DiskGuard:
         statvfs: Callable[[str], FsStats] = os.statvfs,
         clock: Callable[[], float] = time.monotonic,
         refresh_seconds: float = 0.5,
+        reserve: Callable[[], int] | None = None,
     ) -> None:
+        """`reserve` says how much free space the stores need to recover from a failed write (reopen)."""
         self.path = path
         self.min_free_bytes = min_free_bytes
         self.min_free_ratio = min_free_ratio
@@ -96,6 +98,8 @@ class DiskGuard:
         self._statvfs = statvfs
         self._clock = clock
         self._refresh_seconds = refresh_seconds
+        self.reserve = reserve
+        self._reserved = 0  # what `reserve` said at the last measure
         self._usage = Usage(0, 0)
         self._checked_at = -math.inf
         self._admitted = 0  # bytes let through since the last measure: free space falls faster than it is measured
@@ -106,13 +110,19 @@ class DiskGuard:
 
     @property
     def watermark(self) -> int:
-        """Free bytes below which writes that add data are refused; 0 turns the guard off."""
-        return min(self.min_free_bytes, int(self.min_free_ratio * self._usage.total))
+        """Free bytes below which writes that add data are refused; 0 turns the guard off.
+
+        Never below what the stores need to reopen after a failed write: once free space is back
+        above the watermark, a store that ran out of space can take writes again.
+        """
+        configured = min(self.min_free_bytes, int(self.min_free_ratio * self._usage.total))
+        return max(configured, self._reserved) if configured else 0
 
     @property
     def ballast_size(self) -> int:
-        """`ballast_bytes`, capped at 1% of the filesystem (a cap never below 1 MiB)."""
-        return min(self.ballast_bytes, max(MIB, self._usage.total // 100))
+        """`ballast_bytes`, capped at 1% of the filesystem (a cap never below 1 MiB, nor below what the
+        stores need to reopen: released on a full disk, the ballast lets them take deletes again)."""
+        return min(self.ballast_bytes, max(MIB, self._usage.total // 100, self._reserved))
 
     def usage(self) -> Usage:
         """Free space as last measured; measured again when older than `refresh_seconds`."""
@@ -125,6 +135,8 @@ class DiskGuard:
         self._checked_at = self._clock()
         self._usage = self._measure()
         self._admitted = 0
+        if self.reserve is not None:
+            self._reserved = self.reserve()
         size = self.ballast_size
         if size and self._usage.free < size // 2:
             self.release_ballast()

@@ -7,6 +7,7 @@ own only once `write_buffer_size` (64 MiB) is free. So a store that cannot write
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 from collections.abc import Callable, Iterator
@@ -22,6 +23,15 @@ log = logging.getLogger("rill.storage")
 
 _PROBE = b"\x00rill-probe"  # deleted (never written) in `default` to test whether the store takes writes
 _REOPEN_SLACK = 4 * MIB  # room a reopen needs besides flushing its logs: a manifest, options, the info log
+
+
+def reopen_need(path: Path) -> int:
+    """Free bytes a store at `path` needs to reopen: opening flushes its write-ahead logs to a table."""
+    logs = 0
+    for wal in path.glob("*.log"):
+        with contextlib.suppress(FileNotFoundError):  # RocksDB deletes a log once flushed
+            logs += wal.stat().st_size
+    return logs + _REOPEN_SLACK
 
 
 def _options() -> rocksdict.Options:
@@ -184,8 +194,7 @@ class RocksKV:
         """
         if not self.read_only and self._probe():
             return True
-        logs = sum(f.stat().st_size for f in self.path.glob("*.log"))
-        if free_bytes(self.path) < logs + _REOPEN_SLACK:
+        if free_bytes(self.path) < reopen_need(self.path):
             return False
         self.close()
         try:

@@ -3,8 +3,10 @@ start on a full disk. Each test mounts its own tmpfs (root only; skipped otherwi
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -181,3 +183,68 @@ def test_a_rocksdb_store_reopens_once_space_returns(tmpfs: Mount) -> None:
     kv.write(batch)
     assert sum(1 for _ in kv.scan(log_store.LOG_CF, b"")) == written + 1
     kv.close()
+
+
+def _until(
+    client: httpx.Client, method: str, path: str, ok: tuple[int, ...], timeout: float = 15.0, **kw: object
+) -> None:
+    """Retries a request the full disk refuses (507) until it succeeds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = client.request(method, path, **kw)  # type: ignore[arg-type]
+        if r.status_code in ok:
+            return
+        _assert_507(r)
+        assert time.monotonic() < deadline, f"{method} {path} stayed refused: {r.text}"
+        time.sleep(0.1)
+
+
+def _fill_until_refused(client: httpx.Client, fs: Tmpfs) -> tuple[list[bytes], Path]:
+    acked = [_record(i) for i in range(4)]
+    for body in acked:
+        assert client.post("/v1/stream/s", content=body, headers=BINARY).status_code in (200, 204)
+    filler = fs.fill()
+    more, refused = _append_until_refused(client, first=len(acked))
+    _assert_507(refused)
+    return acked + more, filler
+
+
+def test_once_free_space_passes_the_watermark_deletes_closes_and_writes_resume_without_a_restart(
+    tmpfs: Mount, serve: Callable[[Tmpfs, dict[str, str]], RillProcess]
+) -> None:
+    """The disk filled by something else, the stores met ENOSPC; freeing a little more than the
+    watermark /healthz shows (which covers what the stores need to reopen) is enough."""
+    fs = tmpfs(48 * MIB)
+    server = serve(fs, _env(watermark=2 * MIB, ballast=0))
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        for stream in ("s", "other", "closing"):
+            assert client.put(f"/v1/stream/{stream}", headers=BINARY, content=b"x").status_code == 201
+        acked, filler = _fill_until_refused(client, fs)
+        time.sleep(0.6)  # free space is measured at most every 0.5 s
+        disk = client.get("/healthz").json()["disk"]
+        assert disk["writes_refused"] and disk["watermark_bytes"] > 2 * MIB  # the stores' reopen counted in
+        os.truncate(filler, max(0, filler.stat().st_size - disk["watermark_bytes"] - MIB))
+        _until(client, "DELETE", "/v1/stream/other", (204,))
+        _until(client, "POST", "/v1/stream/closing", (200, 204), headers={"stream-closed": "true"})
+        assert client.head("/v1/stream/closing").headers.get("stream-closed") == "true"
+        _until_appended(client, b"after")
+        assert _read_all(client) == b"x" + b"".join(acked) + b"after"
+        assert server.alive()
+
+
+def test_on_a_full_disk_the_ballast_makes_room_for_deletes(
+    tmpfs: Mount, serve: Callable[[Tmpfs, dict[str, str]], RillProcess]
+) -> None:
+    fs = tmpfs(64 * MIB)
+    server = serve(fs, _env(watermark=2 * MIB, ballast=24 * MIB))
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        for stream in ("s", "other"):
+            assert client.put(f"/v1/stream/{stream}", headers=BINARY, content=b"x").status_code == 201
+        assert client.get("/healthz").json()["disk"]["ballast"]
+        acked, filler = _fill_until_refused(client, fs)
+        _until(client, "DELETE", "/v1/stream/other", (204,))  # nothing else freed: the ballast's room
+        assert client.get("/v1/stream/other").status_code == 404
+        assert _read_all(client) == b"x" + b"".join(acked)
+        filler.unlink()
+        _until_appended(client, b"after")
+        assert server.alive()

@@ -82,6 +82,30 @@ def test_the_watermark_is_the_smaller_of_the_byte_cap_and_the_share(tmp_path: Pa
     off.check(1 << 20)  # 0 turns the guard off, even on a full disk
 
 
+def test_the_watermark_leaves_the_stores_room_to_reopen(tmp_path: Path) -> None:
+    """After a failed write a store reopens, which needs its write-ahead logs' size free: writes that
+    resume above the watermark must find it there, and a released ballast must give at least that."""
+    need = [3 * MIB]
+    fs = FakeFs(total=100 * MIB, free=50 * MIB)
+    guard = DiskGuard(
+        tmp_path,
+        2 * MIB,
+        1.0,
+        64 * MIB,
+        statvfs=fs,
+        clock=Clock(),
+        reserve=lambda: need[0],  # type: ignore[arg-type]
+    )
+    guard.refresh()
+    assert guard.watermark == 3 * MIB and guard.ballast_size == 3 * MIB  # 1% of the disk would be 1 MiB
+    need[0] = MIB
+    guard.refresh()
+    assert guard.watermark == 2 * MIB  # the configured one, when larger
+    off = DiskGuard(tmp_path, 0, 1.0, statvfs=fs, clock=Clock(), reserve=lambda: need[0])  # type: ignore[arg-type]
+    off.refresh()
+    assert off.watermark == 0  # a guard turned off stays off
+
+
 def test_check_answers_507_below_the_watermark(tmp_path: Path) -> None:
     fs = FakeFs(total=100 * MIB, free=10 * MIB)
     guard = _guard(tmp_path, fs, min_free_bytes=8 * MIB, min_free_ratio=1.0)
