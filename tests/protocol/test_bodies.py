@@ -268,6 +268,23 @@ async def test_json_create_and_appends_flatten_arrays(client: httpx.AsyncClient,
     assert await read_all(client, path) == b'[{"a": 1}, [2],"three"]'
 
 
+async def test_whitespace_between_messages_is_kept_and_every_reader_sees_the_same_messages(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    await create(client, path, b'[{"a": 1},\n {"b": [2, 3]} , "four"]', JSON_CT)
+    assert (await client.post(path, headers=JSON_CT, content=b"[ 5 ,6 ]")).status_code == 204
+    body = await read_all(client, path)
+    assert body == b'[{"a": 1},\n {"b": [2, 3]} , "four",5 ,6]'
+    assert json.loads(body) == [{"a": 1}, {"b": [2, 3]}, "four", 5, 6]
+    boot = await client.get(f"{path}/bootstrap")
+    parts = [p.split(b"\r\n\r\n", 1)[1].removesuffix(b"\r\n") for p in boot.content.split(b"--rill-")[2:-1]]
+    assert parts == [b'{"a": 1}', b'{"b": [2, 3]}', b'"four"', b"5", b"6"]  # each message's exact bytes
+    fork = path + "-fork"
+    sub = {"stream-forked-from": path, "stream-fork-offset": off(0), "stream-fork-sub-offset": "2"}
+    await create(client, fork, headers=sub)
+    assert await read_all(client, fork) == b'[{"a": 1},{"b": [2, 3]}]'
+
+
 async def test_json_create_of_an_empty_array_is_an_empty_stream(client: httpx.AsyncClient, path: str) -> None:
     await create(client, path, b"[]", JSON_CT)
     assert await read_all(client, path) == b"[]"
