@@ -123,7 +123,7 @@ def test_json_record_messages_are_the_bodys_elements_byte_for_byte(
     record = json_record(data, allow_empty=False)
     assert json.loads(b"[" + bytes(record) + b"]") == messages
     assert json.loads(b"[" + b",".join([bytes(record)] * 2) + b"]") == messages * 2  # as a read renders two
-    assert split_json_record(record) == [bytes(m) for m in msgspec.json.decode(data, type=list[msgspec.Raw])]
+    assert split_json_record(bytes(record)) == [bytes(m) for m in msgspec.json.decode(data, type=list[msgspec.Raw])]
 
 
 def test_json_record_is_a_view_of_the_body_not_a_copy() -> None:
