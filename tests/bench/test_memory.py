@@ -76,9 +76,9 @@ def test_memory_with_follower_measures_the_leader_and_both_followers(tmp_path: P
     r = json.loads(out.read_text())["results"]["tiny"]
     assert r["statuses"] == [204] and [n["role"] for n in r["followers"]] == ["follower", "follower"]
     assert r["follower_ratio"] == max(n["ratio"] for n in r["followers"])
-    # Only the leader decodes the body; it holds the body and the entry besides. An object per message
-    # (issue 26: 2 Mi messages here) lifted the leader by about 30 more.
-    assert r["ratio"] < r["follower_ratio"] + 4, done.stdout
+    # Only the leader decodes the body. Besides, it holds the body, the entry and the transport's copies
+    # per follower (up to about 5 more); an object per message (issue 26: 2 Mi messages here) added 30.
+    assert r["ratio"] < r["follower_ratio"] + 10, done.stdout
 
 
 def test_memory_exits_1_above_max_ratio() -> None:
