@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -27,11 +27,16 @@ class ConnectionClosed(Exception):
     pass
 
 
+WRITE_SLICE = 1 << 20  # a large body is handed to the socket this much at a time, as it drains
+
+
 class Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self._buf = bytearray()
         self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self._transport: asyncio.Transport | None = None
+        self._writable = asyncio.Event()  # cleared while the transport's buffer is above its high-water mark
+        self._writable.set()
         self.head = b""  # the last response's status line and headers, lower-cased
         self.raw_head = b""  # the same, as sent
 
@@ -66,6 +71,13 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(ConnectionClosed(str(exc)))
+        self._writable.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
 
     @property
     def is_open(self) -> bool:
@@ -87,6 +99,32 @@ class Connection(asyncio.Protocol):
             return await waiter
         finally:
             timer.cancel()
+
+    async def send_pieces(self, head: bytes, pieces: Sequence[bytes | memoryview], timeout: float) -> tuple[int, bytes]:
+        """Sends a request whose body is `pieces`, handing the socket a slice at a time as it drains,
+        so a large body is never copied whole into the transport's buffer; (status, body) as `request`."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise ConnectionClosed("the connection is closed")
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, self._expire, waiter)
+        try:
+            transport.write(head)
+            for piece in pieces:
+                view = memoryview(piece)
+                for start in range(0, len(view), WRITE_SLICE):
+                    await self._writable.wait()
+                    if waiter.done():
+                        return await waiter  # the connection was lost or the time is up
+                    transport.write(view[start : start + WRITE_SLICE])
+            return await waiter
+        finally:
+            timer.cancel()
+
+    def _expire(self, waiter: asyncio.Future[tuple[int, bytes]]) -> None:
+        _expire(waiter)
+        self._writable.set()  # a writer waiting for the socket to drain sees the timeout
 
     def close(self) -> None:
         if self._transport is not None:
@@ -170,12 +208,17 @@ def parse_headers(raw_head: bytes) -> list[tuple[str, str]]:
 
 def encode_request(method: str, url: str, headers: dict[str, str], body: bytes = b"", host: str | None = None) -> bytes:
     """`host` overrides the Host header (a forwarded request keeps the one its client sent)."""
+    return encode_head(method, url, headers, len(body), host) + body
+
+
+def encode_head(method: str, url: str, headers: dict[str, str], length: int, host: str | None = None) -> bytes:
+    """A request's line and headers, for a body of `length` bytes sent after them."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host or parts.netloc}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
-    lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
 class EventStream(asyncio.Protocol):

@@ -42,7 +42,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from app.cluster.http1 import Connection, connect, encode_request, header
+from app.cluster import wire
+from app.cluster.http1 import Connection, connect, encode_head, encode_request, header
 from app.domain.errors import ProtocolError
 from app.raft.messages import AppendEntries, Message, RequestVote
 
@@ -53,6 +54,8 @@ REPLY_PATH = PATH + "#reply"  # what a reply's signature names
 AUTH_HEADER = "x-rill-signature"
 REPLIES_HEADER = "x-rill-replies"
 REPLY_WAIT = 0.25  # seconds a receiver holds a response for its node's replies
+REQUEST_SECONDS = 2.0  # a request's answer is given up on after this, plus its size at the rate below
+SLOW_PEER_BYTES_PER_SECOND = 16 * 1024 * 1024
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 BATCH_BYTES = 4 * 1024 * 1024  # a request packs messages up to about this much; a bigger message goes alone
 WINDOW_SECONDS = 5.0  # a signature is accepted this long before and after the receiver's clock
@@ -83,9 +86,13 @@ def _mac(secret: bytes, ts: int, src: int, dst: int, nonce: str, path: str, dige
 
 def sign(secret: bytes, src: int, dst: int, path: str, body: bytes, now_ms: int | None = None) -> str:
     """The signature header for `body` posted to `path` on node `dst`."""
+    return sign_digest(secret, src, dst, path, hashlib.sha256(body).hexdigest(), now_ms)
+
+
+def sign_digest(secret: bytes, src: int, dst: int, path: str, digest: str, now_ms: int | None = None) -> str:
+    """The same, given the body's hex SHA-256 (of a body sent in pieces)."""
     ts = int(time.time() * 1000) if now_ms is None else now_ms
     nonce = secrets.token_hex(8)
-    digest = hashlib.sha256(body).hexdigest()
     mac = _mac(secret, ts, src, dst, nonce, path, digest)
     return f"v1 ts={ts} src={src} dst={dst} nonce={nonce} sha256={digest} mac={mac}"
 
@@ -235,11 +242,13 @@ class Transport:
                 self._ready[peer].set()  # the rest goes in the next request
             if not batch:
                 continue
-            body = _encoder.encode(batch)
-            headers = {AUTH_HEADER: sign(self.secret, self.node_id, peer, PATH, body)}
+            pieces = wire.encode_pieces(batch)  # a large entry's data is sent from where it is, not copied
+            length = wire.size(pieces)
+            headers = {AUTH_HEADER: sign_digest(self.secret, self.node_id, peer, PATH, wire.sha256_hex(pieces))}
             if self._deliver is not None:
                 headers[REPLIES_HEADER] = "1"
-            request = encode_request("POST", url, headers, body)
+            head = encode_head("POST", url, headers, length)
+            timeout = REQUEST_SECONDS + length / SLOW_PEER_BYTES_PER_SECOND
             # The peer closes a connection left idle past its keep-alive timeout. A closed one is
             # replaced before use, and a request that fails on a reused one (closed meanwhile) is sent
             # once more on a fresh one: Raft takes a message twice as well as once, but a lost ReadIndex
@@ -252,7 +261,7 @@ class Transport:
                             conn.close()
                         conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
                     assert conn is not None
-                    status, reply = await conn.request(request, timeout=2.0)
+                    status, reply = await conn.send_pieces(head, pieces, timeout)
                     if status == 200 and reply:
                         self._take_reply(peer, conn.head, reply)
                     break
