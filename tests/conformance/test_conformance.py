@@ -18,6 +18,9 @@ from tests.server import RillCluster, RillProcess
 HERE = Path(__file__).parent
 LONG_POLL_SECONDS = 2
 WEBHOOKS = {"RILL_WEBHOOK_ALLOWED_NETWORKS": '["127.0.0.1/32"]'}
+# Through a follower the suite idles this long (past the 5 s keep-alive timeout) before every Nth test.
+PAUSE_SECONDS, PAUSE_EVERY = 6.0, 80
+FAMILIES = ("compat", "ds", "legacy")
 ALL_TESTS = 338  # the suite at the version package.json pins, its 6 subscription tests included
 
 
@@ -61,12 +64,12 @@ def _base(server: RillProcess, family: str) -> str:
     return {"compat": server.url, "ds": server.url + "/ds/conformance", "legacy": server.url + "/streams"}[family]
 
 
-@pytest.mark.parametrize("family", ["compat", "ds", "legacy"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_conformance_suite(server: RillProcess, family: str) -> None:
     _run_suite(_base(server, family))
 
 
-@pytest.mark.parametrize("family", ["compat", "ds", "legacy"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_conformance_suite_with_auth_on(secured: tuple[RillProcess, str], family: str) -> None:
     """Auth on: every request of the suite carries a write:* token (conformance.test.ts wraps fetch)."""
     server, token = secured
@@ -75,39 +78,57 @@ def test_conformance_suite_with_auth_on(secured: tuple[RillProcess, str], family
     _run_suite(base, token)
 
 
-def test_conformance_suite_through_a_follower(tmp_path: Path) -> None:
-    """A 3-node cluster with its defaults, the suite pointed at a follower: writes are forwarded (Node's
-    fetch cannot re-send a binary body on a 307), reads served there."""
-    cluster = RillCluster(tmp_path, 3, "--long-poll-timeout", str(LONG_POLL_SECONDS), env=WEBHOOKS).start()
-    try:
-        leader = cluster.wait_for_leader()
-        follower = next(i for i in cluster.nodes if i != leader)
-        _run_suite(cluster.nodes[follower].url)
-    finally:
-        cluster.stop()
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RillCluster]:
+    root = tmp_path_factory.mktemp("conformance-cluster")
+    cluster = RillCluster(root, 3, "--long-poll-timeout", str(LONG_POLL_SECONDS), env=WEBHOOKS).start()
+    assert httpx.put(cluster.nodes[cluster.wait_for_leader()].url + "/ds/conformance").status_code in (200, 201)
+    cluster.wait_converged()
+    yield cluster
+    cluster.stop()
+
+
+def test_conformance_suite_through_a_follower(cluster: RillCluster) -> None:
+    """A 3-node cluster with its defaults, the suite pointed at a follower once per route family, the
+    three at once: writes are forwarded (Node's fetch cannot re-send a binary body on a 307), reads
+    served there. Now and then each run idles past the nodes' keep-alive timeout (5 s), which closes
+    idle peer connections; reads must not notice."""
+    leader = cluster.wait_for_leader()
+    follower = cluster.nodes[next(i for i in cluster.nodes if i != leader)]
+    runs = [_start_suite(_base(follower, family), pause=(PAUSE_SECONDS, PAUSE_EVERY)) for family in FAMILIES]
+    for family, run in zip(FAMILIES, runs, strict=True):
+        _check_suite(f"{family} through a follower", run)
 
 
 def _run_suite(base: str, token: str | None = None) -> None:
+    _check_suite(base, _start_suite(base, token))
+
+
+def _start_suite(base: str, token: str | None = None, pause: tuple[float, int] | None = None) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "RILL_CONFORMANCE_URL": base,
         "RILL_LONG_POLL_MS": str(LONG_POLL_SECONDS * 1000),
         "RILL_CONFORMANCE_SUBSCRIPTIONS": "1",
     }
+    if pause is not None:
+        env["RILL_CONFORMANCE_PAUSE_MS"] = str(int(pause[0] * 1000))
+        env["RILL_CONFORMANCE_PAUSE_EVERY"] = str(pause[1])
     if token is not None:
         env["RILL_CONFORMANCE_TOKEN"] = token
-    result = subprocess.run(
-        [str(HERE / "node_modules" / ".bin" / "vitest"), "run", "--reporter=dot"],
-        cwd=HERE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    output = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)
+    vitest = [str(HERE / "node_modules" / ".bin" / "vitest"), "run", "--reporter=dot"]
+    return subprocess.Popen(vitest, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _check_suite(name: str, run: subprocess.Popen[str]) -> None:
+    try:
+        stdout, _ = run.communicate(timeout=600)
+    finally:
+        run.kill()
+    output = re.sub(r"\x1b\[[0-9;]*m", "", stdout)
     summary = re.search(r"Tests\s+(.*)", output)
-    assert result.returncode == 0, output[-6000:]
+    assert run.returncode == 0, output[-6000:]
     assert summary is not None and "failed" not in summary.group(1), output[-6000:]
-    print(f"{base}: {summary.group(1).strip()}")  # shown with -s
+    print(f"{name}: {summary.group(1).strip()}")  # shown with -s
     passed = re.search(r"(\d+) passed", summary.group(1))
     assert passed is not None and int(passed.group(1)) == ALL_TESTS, summary.group(1)  # none skipped
