@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.cluster.driver import RaftNode
+from app.cluster.driver_types import Send
 from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, ReadIndex, ReadIndexResponse
@@ -99,6 +100,13 @@ class HeldDisk(Executor):
             fut.set_result(fn(*args))
 
 
+def _driver(node_id: int, voters: list[int], executor: Executor, send: Send | None = None) -> RaftNode:
+    """A driver on in-memory stores whose ticks never come (the test steps it)."""
+    log = LogStore(MemoryKV(log_store.COLUMN_FAMILIES))
+    machine = StateMachine(MemoryKV(records.COLUMN_FAMILIES))
+    return RaftNode(node_id, voters, log, machine, send=send, tick_seconds=100, seed=1, executor=executor)
+
+
 class InstantDisk(HeldDisk):
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         fut = super().submit(fn, *args)
@@ -116,16 +124,7 @@ def test_a_follower_acknowledges_only_what_it_has_synced() -> None:
             sent.extend(messages)
 
         disk = HeldDisk()
-        node = RaftNode(
-            2,
-            [1, 2, 3],
-            LogStore(MemoryKV(log_store.COLUMN_FAMILIES)),
-            StateMachine(MemoryKV(records.COLUMN_FAMILIES)),
-            send=send,
-            tick_seconds=100,
-            seed=1,
-            executor=disk,
-        )
+        node = _driver(2, [1, 2, 3], disk, send)
         await node.start()
         node.receive(AppendEntries(1, 1, 2, 0, 0, [Entry(1, 1, b"")], 0))
         await asyncio.sleep(0.01)
@@ -149,15 +148,7 @@ def test_a_proposal_given_up_as_leadership_is_lost_does_not_kill_the_driver() ->
     # message deposes this one, in the same loop iteration: the driver failed the cancelled
     # future with NotLeader, raising InvalidStateError, and died.
     async def scenario() -> None:
-        node = RaftNode(
-            1,
-            [1],
-            LogStore(MemoryKV(log_store.COLUMN_FAMILIES)),
-            StateMachine(MemoryKV(records.COLUMN_FAMILIES)),
-            tick_seconds=100,
-            seed=1,
-            executor=InstantDisk(),
-        )
+        node = _driver(1, [1], InstantDisk())
         failed: list[bool] = []
         node.on_failure = lambda: failed.append(True)
         await node.start()  # a single voter leads at once
@@ -182,16 +173,7 @@ def test_a_follower_asks_again_when_its_read_index_goes_unanswered() -> None:
         async def send(messages: list[Message]) -> None:
             sent.extend(messages)
 
-        node = RaftNode(
-            2,
-            [1, 2, 3],
-            LogStore(MemoryKV(log_store.COLUMN_FAMILIES)),
-            StateMachine(MemoryKV(records.COLUMN_FAMILIES)),
-            send=send,
-            tick_seconds=100,
-            seed=1,
-            executor=InstantDisk(),
-        )
+        node = _driver(2, [1, 2, 3], InstantDisk(), send)
         await node.start()
         node.receive(AppendEntries(1, 1, 2, 0, 0, [], 0))  # leader 1 is known
         await asyncio.sleep(0.01)
