@@ -9,7 +9,7 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -75,10 +75,11 @@ def run(*argv: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> su
 
 
 class Background:
-    """A `rill` subprocess (a tail) whose stdout lines are read with a timeout."""
+    """A `rill` subprocess (a tail) whose stdout lines are read with a timeout. `launcher` is what
+    runs the CLI: `-m app.cli`, or `-c CODE ARGS...` for a script that patches something first."""
 
-    def __init__(self, *argv: str) -> None:
-        cmd = [sys.executable, "-m", "app.cli", *argv]
+    def __init__(self, *argv: str, launcher: Sequence[str] = ("-m", "app.cli")) -> None:
+        cmd = [sys.executable, *launcher, *argv]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=ROOT, env=_clean_env()
         )

@@ -1,5 +1,5 @@
 """`rill tail` as a subprocess: live output, reconnects (the server ends SSE responses and
-long-polls after a second here), the end of a closed stream, and Ctrl-C."""
+long-polls after a second here), the end of a closed stream, and Ctrl-C, also when it lands inside httpx."""
 
 from __future__ import annotations
 
@@ -8,12 +8,36 @@ import contextlib
 import queue
 import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.cli.conftest import Background
 from tests.server import RillProcess
+
+# `python -c HOLD_POOL_LOCK FLAG ARGV...` runs `rill ARGV` with httpcore's connection-pool lock held for
+# 5 s the first time it is taken (FLAG, a file, is created then): the window between the lock's acquire
+# and its `with` block, a few bytecodes wide, in which a busy machine once let a Ctrl-C land.
+HOLD_POOL_LOCK = """
+import sys, time
+from pathlib import Path
+from httpcore import _synchronization
+from app.cli import main
+
+flag = Path(sys.argv.pop(1))
+enter = _synchronization.ThreadLock.__enter__
+
+def held_enter(self):
+    enter(self)
+    if not flag.exists():
+        flag.touch()
+        time.sleep(5)
+    return self
+
+_synchronization.ThreadLock.__enter__ = held_enter
+main()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +140,25 @@ def test_ctrl_c_ends_a_tail_quietly(bucket: str) -> None:
     try:
         _append(url, b"seen\n", "text/plain")
         assert tail.line() == b"seen\n"
+        tail.proc.send_signal(signal.SIGINT)
+        code, err = tail.wait()
+        assert code == 0 and err == ""
+    finally:
+        tail.stop()
+
+
+def test_ctrl_c_while_httpx_holds_its_pool_lock_ends_a_tail_quietly(bucket: str, tmp_path: Path) -> None:
+    """A KeyboardInterrupt raised with the pool lock taken made httpcore's cleanup (and the client's
+    close) wait for that lock forever: the tail hung. Ctrl-C must not land inside httpx at all."""
+    url = bucket + "/interrupted-in-a-lock"
+    start = _stream(url, "text/plain")
+    flag = tmp_path / "lock-held"
+    tail = Background("tail", url, "--from", start, launcher=("-c", HOLD_POOL_LOCK, str(flag)))
+    try:
+        deadline = time.monotonic() + 30  # starting (imports) takes seconds on a busy machine
+        while not flag.exists():
+            assert tail.proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
         tail.proc.send_signal(signal.SIGINT)
         code, err = tail.wait()
         assert code == 0 and err == ""
