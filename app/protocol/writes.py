@@ -21,6 +21,7 @@ from app.protocol.responses import raise_for, write_headers
 from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
+from app.state_machine.reader import MAX_JSON_SUB_OFFSET
 from app.tiering.keys import check_storable
 
 
@@ -68,6 +69,9 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         is_json = source is not None and source.json
     else:
         is_json = media_type(content_type or DEFAULT_CONTENT_TYPE) == JSON
+    if is_json and fork_sub > MAX_JSON_SUB_OFFSET:  # the apply would refuse it too: not worth a log entry
+        message = f"Stream-Fork-Sub-Offset into a JSON record may be at most {MAX_JSON_SUB_OFFSET} messages"
+        raise bad_request(message, "invalid_fork_sub_offset")
     body: Body = await read_buffer(call, engine.limits.max_body_bytes, engine.body_budget)
     if body and is_json:
         body = json_record(body, allow_empty=True)

@@ -6,6 +6,7 @@ from its source (recursively), so reading a fork walks the chain.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,11 +18,51 @@ from app.state_machine.table import StreamTable
 from app.storage.kv import joined
 
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+_raw = msgspec.json.Decoder(msgspec.Raw)
+_WHITESPACE = re.compile(rb"[ \t\r\n]*")
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+# A fork may start inside a JSON record at most this many messages in: every node finds them in its
+# apply, one at a time (a split of the whole record would make an object per message, everywhere).
+MAX_JSON_SUB_OFFSET = 10_000
 
 
 def split_json_record(payload: bytes | memoryview) -> list[bytes]:
     """The messages of a JSON record (stored as messages joined by commas)."""
     return [bytes(m) for m in _raw_list.decode(b"[" + bytes(payload) + b"]")]
+
+
+def json_prefix(payload: bytes | memoryview, count: int) -> bytes | None:
+    """The first `count` messages of a JSON record joined by commas; None if it has fewer.
+
+    It walks the record a message at a time, each skipped by msgspec in C, so it costs the bytes of
+    those messages and holds no object per message of the rest.
+    """
+    view = memoryview(payload)
+    size, pos = len(view), 0
+    parts: list[bytes] = []
+    for _ in range(count):
+        pos = _WHITESPACE.match(view, pos).end()  # type: ignore[union-attr]
+        if pos >= size:
+            return None
+        end = _message_end(view, pos)
+        parts.append(bytes(view[pos:end]).rstrip(b" \t\r\n"))
+        pos = end + 1  # past the comma
+    return b",".join(parts)
+
+
+def _message_end(view: memoryview, pos: int) -> int:
+    """Where the message starting at `pos` ends: at the comma after it (whitespace may come before
+    the comma), or at the record's end."""
+    try:
+        _raw.decode(view[pos:])
+    except msgspec.DecodeError as exc:
+        # msgspec reads one value, then names the byte after the first non-blank character past it.
+        found = _TRAILING.search(str(exc))
+        comma = pos + int(found.group(1)) - 1 if found else -1
+        if comma < pos or view[comma] != 0x2C:
+            raise ValueError("not a JSON record") from exc
+        return comma
+    return len(view)
 
 
 class ColdMiss(Exception):
@@ -133,8 +174,7 @@ def record_prefix(
     if payload is None:
         return None
     if meta.json:
-        messages = split_json_record(payload)
-        return b",".join(messages[:count]) if count <= len(messages) else None
+        return json_prefix(payload, count) if count <= MAX_JSON_SUB_OFFSET else None
     return payload[:count] if count <= len(payload) else None
 
 

@@ -132,3 +132,14 @@ def test_soft_deleted_source_is_410(client: httpx.Client, base: str) -> None:
     assert client.head(src).status_code == 404
     create(client, src, b"fresh")
     assert read_all(client, src) == b"fresh"
+
+
+def test_a_json_fork_sub_offset_counts_messages_up_to_a_cap(client: httpx.Client, base: str) -> None:
+    src, fork, far = f"{base}src-{uid()}", f"{base}fork-{uid()}", f"{base}far-{uid()}"
+    create(client, src, b"[" + b", ".join(b"%d" % i for i in range(20_000)) + b"]", JSON_CT)
+    headers = {"stream-forked-from": src, "stream-fork-offset": ZERO}
+    assert client.put(fork, headers={**headers, "stream-fork-sub-offset": "3"}).status_code == 201
+    assert client.get(fork, params={"offset": "-1"}).json() == [0, 1, 2]
+    # Past 10,000 messages a sub-offset is refused before it is proposed: each node's apply finds them.
+    assert_error(client.put(far, headers={**headers, "stream-fork-sub-offset": "10001"}), 400)
+    assert client.head(far).status_code == 404
