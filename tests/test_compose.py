@@ -724,7 +724,7 @@ def test_nodes_start_with_the_image_entrypoint_and_their_compose_settings(
     entrypoint = json.loads(stage_instruction(dockerfile_stages()[-1][0], "ENTRYPOINT"))
     assert entrypoint[:2] == ["rill", "serve"]
     started: list[Settings] = []
-    monkeypatch.setattr(cli, "create_app", lambda settings: settings)
+    monkeypatch.setattr(cli, "create_app", lambda settings, **kwargs: settings)
     monkeypatch.setattr(cli.uvicorn, "run", lambda app, **kwargs: started.append(app))
     for name, node_id in NODES.items():
         for key in [k for k in os.environ if k.startswith("RILL_")]:
