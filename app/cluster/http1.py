@@ -86,21 +86,11 @@ class Connection(asyncio.Protocol):
 
     async def request(self, raw: bytes, timeout: float | None = None) -> tuple[int, bytes]:
         """Sends one complete request and returns (status, body); TimeoutError past `timeout` seconds."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            raise ConnectionClosed("the connection is closed")
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        transport.write(raw)
-        if timeout is None:
-            return await waiter
-        timer = loop.call_later(timeout, _expire, waiter)  # not wait_for: that makes a task per request
-        try:
-            return await waiter
-        finally:
-            timer.cancel()
+        return await self.send_pieces(raw, (), timeout)
 
-    async def send_pieces(self, head: bytes, pieces: Sequence[bytes | memoryview], timeout: float) -> tuple[int, bytes]:
+    async def send_pieces(
+        self, head: bytes, pieces: Sequence[bytes | memoryview], timeout: float | None
+    ) -> tuple[int, bytes]:
         """Sends a request whose body is `pieces`, handing the socket a slice at a time as it drains,
         so a large body is never copied whole into the transport's buffer; (status, body) as `request`."""
         transport = self._transport
@@ -108,7 +98,8 @@ class Connection(asyncio.Protocol):
             raise ConnectionClosed("the connection is closed")
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, self._expire, waiter)
+        # Not wait_for: that makes a task per request.
+        timer = loop.call_later(timeout, self._expire, waiter) if timeout is not None else None
         try:
             transport.write(head)
             for piece in pieces:
@@ -120,7 +111,8 @@ class Connection(asyncio.Protocol):
                     transport.write(view[start : start + WRITE_SLICE])
             return await waiter
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def _expire(self, waiter: asyncio.Future[tuple[int, bytes]]) -> None:
         _expire(waiter)
