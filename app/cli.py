@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--log-format", choices=("text", "json"), help="json: one JSON object per line")
     serve.add_argument("--node-id", type=int, help="this node's id in --peers")
     serve.add_argument("--peers", type=parse_peers, help="1=http://127.0.0.1:4437,2=...,3=... (all voters)")
+    serve.add_argument(
+        "--peer-routes", type=parse_peers, help="2=http://proxy:9002,...: dial these peers here (default: --peers)"
+    )
     serve.add_argument("--cluster-secret", help="shared secret signing Raft messages between nodes")
     serve.add_argument(
         "--cluster-secret-file", type=Path, help="read the cluster secret from this file (keeps it out of `ps`)"
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                 log_format=args.log_format,
                 node_id=args.node_id,
                 peers=args.peers,
+                peer_routes=args.peer_routes,
                 cluster_secret=args.cluster_secret,
                 cluster_secret_file=args.cluster_secret_file,
                 tls_cert=args.tls_cert,

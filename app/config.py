@@ -22,10 +22,20 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     node_id: int = Field(1, ge=1)
     peers: dict[int, str] = Field(default_factory=dict, description="node id -> base URL; empty: a single node")
+    peer_routes: dict[int, str] = Field(
+        default_factory=dict,
+        description="node id -> URL this node dials that peer at instead of its member URL (a proxy, sidecar or NAT"
+        " in between); clients and redirects still get the member URL",
+    )
     cluster_secret: str = Field("", description="shared by the nodes; signs their Raft messages")
     cluster_secret_file: Path | None = Field(None, description="read the cluster secret from this file")
     forward_writes: bool = Field(
         True, description="followers proxy writes to the leader; false: they answer 307 to the leader's URL"
+    )
+    unsafe_test_fault: Literal["", "commit-alone", "read-without-barrier"] = Field(
+        "",
+        description="TEST ONLY, never in production: breaks a safety rule on purpose (a leader commits without a"
+        " majority; a follower reads without the ReadIndex barrier) so `rill bench chaos` can show it catches it",
     )
     join: bool = Field(False, description="a new node outside --peers, waiting to be added with `rill cluster add`")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest request body (413 past it)")
@@ -121,7 +131,7 @@ class Settings(BaseSettings):
 
 
 def parse_peers(text: str) -> dict[int, str]:
-    """`1=http://127.0.0.1:4437,2=http://127.0.0.1:4438` -> {1: ..., 2: ...}."""
+    """`1=http://127.0.0.1:4437,2=http://127.0.0.1:4438` -> {1: ..., 2: ...} (also --peer-routes)."""
     peers: dict[int, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         node_id, sep, url = item.partition("=")

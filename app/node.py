@@ -159,8 +159,12 @@ class Engine:
         clock: Clock = wall_clock_ms,
         disk: DiskGuard | None = None,
         quotas: Quotas | None = None,
+        peer_routes: dict[int, str] | None = None,
+        unsafe_skip_read_barrier: bool = False,
     ) -> None:
         self.node = node
+        self.skip_read_barrier = unsafe_skip_read_barrier  # TEST ONLY: stale reads for the chaos checker
+        self.peer_routes = dict(peer_routes or {})
         self.quotas = quotas
         self.disk = disk
         self.now_ms = clock
@@ -231,7 +235,7 @@ class Engine:
 
     async def read_barrier(self) -> None:
         """Brings this node's state up to everything committed so far (no-op on a single node)."""
-        if not self.clustered:
+        if not self.clustered or self.skip_read_barrier:
             return
         try:
             await self.node.read_barrier()
@@ -323,6 +327,11 @@ class Engine:
     def leader_url(self) -> str | None:
         """The leader's base URL when another node leads; None when unknown."""
         return self.peers.get(self.node.status().leader)
+
+    def leader_route(self) -> str | None:
+        """Where this node reaches the leader to forward a write: its --peer-routes entry, else its URL."""
+        leader = self.node.status().leader
+        return self.peer_routes.get(leader) or self.peers.get(leader)
 
     def bucket_exists(self, bucket: str) -> bool:
         return bucket in self.machine.buckets

@@ -179,8 +179,16 @@ def decode(body: bytes) -> list[Message]:
 
 
 class Transport:
-    def __init__(self, node_id: int, peers: dict[int, str], secret: bytes, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        peers: dict[int, str],
+        secret: bytes,
+        tls: ssl.SSLContext | None = None,
+        routes: dict[int, str] | None = None,
+    ) -> None:
         self.node_id = node_id
+        self.routes = dict(routes or {})  # peers dialed elsewhere than their member URL (a proxy in between)
         self.secret = secret
         self.tls = tls  # for https:// peers
         self.peers: dict[int, str] = {}
@@ -199,7 +207,9 @@ class Transport:
 
     def set_peers(self, peers: dict[int, str]) -> None:
         """Follows a membership change: senders for new nodes, none for removed ones."""
-        wanted = {pid: url.rstrip("/") for pid, url in peers.items() if pid != self.node_id and url}
+        wanted = {
+            pid: self.routes.get(pid, url).rstrip("/") for pid, url in peers.items() if pid != self.node_id and url
+        }
         for pid in [p for p in self.peers if wanted.get(p) != self.peers[p]]:
             self._tasks.pop(pid).cancel()
             del self.peers[pid], self._queues[pid], self._bytes[pid], self._ready[pid]

@@ -95,8 +95,9 @@ class StreamRoutes:
         if engine.clustered and call.method in _WRITES and not engine.node.is_leader:
             # Writes go to the leader; reads are served here (tail answers after a ReadIndex barrier).
             leader = engine.leader_url()
-            if leader is not None and engine.forward_writes:
-                reply = await self.forwarder.forward(call, leader, engine.limits.max_body_bytes, engine.body_budget)
+            route = engine.leader_route()
+            if route is not None and engine.forward_writes:
+                reply = await self.forwarder.forward(call, route, engine.limits.max_body_bytes, engine.body_budget)
             else:
                 reply = leader_redirect(leader, scope)
             await send_reply(send, reply, head_only=head_only)

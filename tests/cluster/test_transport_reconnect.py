@@ -97,3 +97,20 @@ async def test_a_request_lost_on_a_reused_connection_is_sent_again_on_a_fresh_on
         await _delivered(peer, 2)
     assert [m.match_index for m in peer.received if isinstance(m, AppendResponse)] == [1, 2]
     assert peer.connections == 2
+
+
+async def test_a_peer_route_is_dialed_instead_of_the_member_url() -> None:
+    """--peer-routes: the messages reach the route (a proxy in between); the member URL is never dialed."""
+    peer = Peer(idle=60)
+    server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport = Transport(1, {1: "", 2: "http://127.0.0.1:1"}, SECRET, routes={2: f"http://127.0.0.1:{port}"})
+    try:
+        assert transport.peers == {2: f"http://127.0.0.1:{port}"}
+        await transport.send([_ack(1)])
+        await _delivered(peer, 1)
+        transport.set_peers({1: "", 2: "http://127.0.0.1:1", 3: "http://127.0.0.1:2"})  # membership changes
+        assert transport.peers == {2: f"http://127.0.0.1:{port}", 3: "http://127.0.0.1:2"}
+    finally:
+        await transport.close()
+        server.close()
