@@ -193,9 +193,11 @@ def create_app(
         )
         membership = machine.membership or Membership(settings.peers or {settings.node_id: ""})
         secret = settings.cluster_secret.encode()
+        if settings.unsafe_test_fault:
+            log.warning("UNSAFE TEST BUILD (%s): writes may be lost, reads stale", settings.unsafe_test_fault)
         clustered = bool(settings.peers) or len(membership.voters) + len(membership.learners) > 1
         members = {**membership.learners, **membership.voters}
-        transport = Transport(settings.node_id, members, secret, peer_tls) if clustered else None
+        transport = Transport(settings.node_id, members, secret, peer_tls, settings.peer_routes) if clustered else None
         checkpoints = Checkpoints(state_store, machine, transport)
         node = RaftNode(
             settings.node_id,
@@ -208,6 +210,7 @@ def create_app(
             tick_seconds=settings.raft_tick_seconds,
             compact_entries=settings.raft_compact_entries,
             compact_keep=settings.raft_compact_keep,
+            unsafe_commit_alone=settings.unsafe_test_fault == "commit-alone",
         )
         checkpoints.node = node
         app.state.verifier = Verifier(secret, settings.node_id)
@@ -248,6 +251,8 @@ def create_app(
             store=store,
             disk=disk,
             quotas=Quotas(machine, settings.bucket_quota, settings.bucket_quotas),
+            peer_routes=settings.peer_routes,
+            unsafe_skip_read_barrier=settings.unsafe_test_fault == "read-without-barrier",
         )
         app.state.engine = engine
         signer = WebhookSigner.from_secret(secret) if secret else WebhookSigner.from_file(data_dir / "webhook.key")

@@ -131,3 +131,9 @@ def test_a_tls_cert_and_key_that_do_not_go_together(
 def test_a_tls_ca_without_certificates(tmp_path: Path, certs: dict[str, Path]) -> None:
     message = serve(tmp_path, "--tls-ca", str(certs["key"]))
     assert message == f"--tls-ca {certs['key']} holds no PEM certificate"
+
+
+def test_an_unknown_unsafe_test_fault(tmp_path: Path) -> None:
+    message = serve(tmp_path, env={"RILL_UNSAFE_TEST_FAULT": "lose-everything"})
+    assert "unsafe_test_fault" in message
+

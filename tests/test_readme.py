@@ -11,6 +11,7 @@ from app.config import Settings, load_settings
 README = Path(__file__).resolve().parent.parent / "README.md"
 # Settings the example leaves out on purpose: secrets (use the files), and TLS, which has its own section.
 OMITTED = {"cluster_secret", "tls_cert", "tls_key", "tls_ca", "s3_region", "s3_path_style", "max_connections", "join"}
+OMITTED |= {"unsafe_test_fault"}  # test only: `rill bench chaos --broken`, never in a config
 
 
 def _example() -> str:

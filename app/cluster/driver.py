@@ -79,8 +79,10 @@ class RaftNode:
         compact_entries: int | None = None,
         compact_keep: int | None = None,
         executor: Executor | None = None,
+        unsafe_commit_alone: bool = False,
     ) -> None:
         self.id = node_id
+        self._commit_alone = unsafe_commit_alone  # TEST ONLY: see RaftCore.commit_alone
         self.log_store = log_store
         self.machine = machine
         self._send = send
@@ -139,6 +141,7 @@ class RaftNode:
             seed=self._seed,
         )
         self._seed += 1  # a core loaded again draws other election timeouts
+        core.commit_alone = self._commit_alone
         return core
 
     def hears_from_leader(self) -> bool:

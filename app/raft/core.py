@@ -90,6 +90,9 @@ class RaftCore:
         self.timeout = self._random_timeout()
         self.pre_vote = pre_vote
         self.check_quorum = check_quorum
+        # TEST ONLY (`rill bench chaos --broken commit-alone`): a leader commits what its own disk
+        # holds, without a majority, so the chaos checker can show it catches the loss this causes.
+        self.commit_alone = False
         self.quorum_elapsed = 0
         self.clock = 0  # ticks since start: the leader's lease is measured in them
         self.transferee = 0  # the peer a leader is handing over to; it takes no proposals meanwhile

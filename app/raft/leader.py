@@ -106,6 +106,8 @@ def _within_budget(entries: list[Entry]) -> list[Entry]:
 def maybe_commit(core: RaftCore) -> None:
     matches = core.tracker.match_indexes()
     candidate = core.tracker.majority(lambda v: core.log.stable if v == core.id else matches.get(v, 0))
+    if core.commit_alone:
+        candidate = core.log.stable
     # Only entries of the current term commit by counting replicas.
     if candidate > core.commit and core.log.term_at(candidate) == core.term:
         core.commit = candidate
