@@ -12,27 +12,39 @@ class Event:
     data: bytes  # the event's data lines joined with "\n"
 
 
-def events(chunks: Iterable[bytes]) -> Iterator[Event]:
-    """The events in `chunks` (any split), each yielded at the blank line that ends it."""
-    buffer = bytearray()
-    kind, data = "message", list[bytes]()
-    for chunk in chunks:
-        buffer += chunk
+class EventParser:
+    """Events from bytes fed in any split; each comes out at the blank line that ends it."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.kind, self.data = "message", list[bytes]()
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        found: list[Event] = []
+        self.buffer += chunk
         start = 0
-        while (end := buffer.find(b"\n", start)) >= 0:
-            line = bytes(buffer[start:end]).removesuffix(b"\r")
+        while (end := self.buffer.find(b"\n", start)) >= 0:
+            line = bytes(self.buffer[start:end]).removesuffix(b"\r")
             start = end + 1
             if not line:
-                if data:
-                    yield Event(kind, b"\n".join(data))
-                kind, data = "message", []
+                if self.data:
+                    found.append(Event(self.kind, b"\n".join(self.data)))
+                self.kind, self.data = "message", []
                 continue
             if line.startswith(b":"):
                 continue  # a comment: the server's keep-alive ping
             name, _, value = line.partition(b":")
             value = value.removeprefix(b" ")
             if name == b"event":
-                kind = value.decode("utf-8", "replace")
+                self.kind = value.decode("utf-8", "replace")
             elif name == b"data":
-                data.append(value)
-        del buffer[:start]
+                self.data.append(value)
+        del self.buffer[:start]
+        return found
+
+
+def events(chunks: Iterable[bytes]) -> Iterator[Event]:
+    """The events in `chunks` (any split), each yielded at the blank line that ends it."""
+    parser = EventParser()
+    for chunk in chunks:
+        yield from parser.feed(chunk)
