@@ -1,5 +1,5 @@
 """`rill bench WORKLOAD --url URL ...`, `rill bench compare WORKLOAD ...`, and the server-health
-commands `rill bench soak` and `rill bench memory`."""
+commands `rill bench soak`, `rill bench memory` and `rill bench chaos`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from app.bench import memory, patterns, soak
 from app.bench.append import AppendOptions, run_append
+from app.bench.chaos import run as chaos
 from app.bench.cold import ColdOptions, run_cold
 from app.bench.fanout import FanoutOptions, run_fanout
 from app.bench.replay import ReplayOptions, run_replay
@@ -76,6 +77,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "soak", help="long mixed load at a fixed rate: leaks, 5xx, lost or duplicated appends"
     )
     _add_options(soaked, soak.SoakOptions, table=False)
+    chaotic = workloads.add_parser(
+        "chaos", help="a real cluster under network faults, kills and pauses; every acknowledged write checked"
+    )
+    _add_options(chaotic, chaos.ChaosOptions, table=False)
     mem = workloads.add_parser("memory", help="peak server memory during one large append, per body byte")
     _add_options(mem, memory.MemoryOptions, table=False)
     compare = workloads.add_parser("compare", help="run a workload against Rill and the Node reference server")
@@ -129,6 +134,8 @@ def main(args: argparse.Namespace) -> None:
         return
     if args.workload == "soak":
         raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))
+    if args.workload == "chaos":
+        raise SystemExit(chaos.main(_options(args, chaos.ChaosOptions), args.json_out))
     if args.workload == "memory":
         raise SystemExit(memory.main(_options(args, memory.MemoryOptions), args.json_out))
     if args.workload == "compare":
