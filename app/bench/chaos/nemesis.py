@@ -84,8 +84,10 @@ class Nemesis:
     spare: int = 0  # the next spare node id for a joiner
 
     def run(self, steps: list[Step], stopping: threading.Event) -> None:
+        """Every step at its time, or 2 s after the last heal where an earlier fault ran late."""
         for step in steps:
-            while self.now() < step.at and not stopping.is_set():
+            ready = max(step.at, self.faults[-1].healed + 2.0 if self.faults else 0.0)
+            while self.now() < ready and not stopping.is_set():
                 time.sleep(0.05)
             if stopping.is_set():
                 return

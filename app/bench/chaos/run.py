@@ -26,6 +26,8 @@ from app.bench.chaos.nemesis import KINDS, Nemesis, Step, plan
 from app.bench.chaos.proxy import ProxyHub
 
 SETTLE_SECONDS = 60.0  # after the last heal, at most this long for every node to apply everything
+CALM_SECONDS = 6.0  # clients go on at least this long after the last heal
+OVERRUN_SECONDS = 120.0  # how much longer than --seconds late faults may take before the rest are dropped
 
 
 @dataclass
@@ -93,6 +95,10 @@ async def _drive(options: ChaosOptions, cluster: ChaosCluster, history: History,
     striking = asyncio.create_task(asyncio.to_thread(nemesis.run, steps, stopping))
     try:
         await asyncio.sleep(options.seconds)
+        # Faults that ran late push the rest back: all of them run, then writes go on for a settle.
+        await asyncio.wait({striking}, timeout=options.seconds + OVERRUN_SECONDS)
+        if nemesis.faults and nemesis.faults[-1].healed > clients.now() - CALM_SECONDS:
+            await asyncio.sleep(CALM_SECONDS)
     finally:
         stopping.set()
         await striking

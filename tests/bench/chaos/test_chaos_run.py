@@ -5,17 +5,23 @@ from __future__ import annotations
 
 from collections import Counter
 
+from app.bench.chaos.nemesis import KINDS, plan
 from app.bench.chaos.run import ChaosOptions, run
 
 # Seed 20's first 55 s: pause, membership, disk, partition, quiet, kill and delay, one each.
 SEED, SECONDS = 20, 55.0
 
 
+def test_the_seed_still_plans_seven_kinds() -> None:
+    assert [s.kind for s in plan(SEED, list(KINDS), SECONDS)] == [
+        "pause", "membership", "disk", "partition", "quiet", "kill", "delay"
+    ]  # fmt: skip
+
+
 def test_a_short_run_through_seven_kinds_of_fault_loses_nothing() -> None:
-    history, verdict, errors = run(ChaosOptions(nodes=3, seconds=SECONDS, seed=SEED), ["pause", "membership", "disk",
-                                   "partition", "quiet", "kill", "delay"])  # fmt: skip
+    history, verdict, errors = run(ChaosOptions(nodes=3, seconds=SECONDS, seed=SEED), list(KINDS))
     assert verdict.ok, [v.message for v in verdict.violations[:5]]
-    assert errors == []
+    assert errors == [] and history.nemesis_errors == []
     kinds = Counter(f.kind for f in history.faults)
     expected = {"pause", "membership", "partition", "quiet", "kill", "delay"} | (
         {"disk"} - {s[:4] for s in history.skipped}
@@ -32,7 +38,7 @@ def test_a_short_run_through_seven_kinds_of_fault_loses_nothing() -> None:
 
 
 def test_a_follower_reading_without_the_read_barrier_is_caught() -> None:
-    history, verdict, _ = run(ChaosOptions(nodes=3, seconds=15.0, seed=2, broken="read-without-barrier"), ["oneway"])
+    history, verdict, _ = run(ChaosOptions(nodes=3, seconds=10.0, seed=2, broken="read-without-barrier"), ["oneway"])
     assert verdict.stale_reads > 0
     stale = next(v for v in verdict.violations if v.kind == "stale-read")
     assert [op["op"] for op in stale.excerpt] == ["append", "read"]
