@@ -82,6 +82,7 @@ class Nemesis:
     faults: list[Fault] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     spare: int = 0  # the next spare node id for a joiner
+    leader: int = 0  # the leader when the current fault started
 
     def run(self, steps: list[Step], stopping: threading.Event) -> None:
         """Every step at its time, or 2 s after the last heal where an earlier fault ran late."""
@@ -96,6 +97,7 @@ class Nemesis:
     def inject(self, step: Step) -> None:
         rng = random.Random(step.pick)
         target, leader = self._target(step.target, rng)
+        self.leader = leader
         role = "leader" if target == leader else "follower"
         fault = Fault(step.kind, f"{step.variant} node {target} ({role})", self.now())
         self.faults.append(fault)
@@ -142,7 +144,7 @@ class Nemesis:
             if step.variant == "split" and len(voters) > 3:
                 side.add(rng.choice(others))  # a minority of two
             cut = [(a, b) for a in side for b in voters if b not in side]
-            fault.detail = f"{step.variant} {sorted(side)} from the rest"
+            fault.detail = f"{step.variant} {sorted(side)} from the rest (node {self.leader or '?'} led)"
         fault.detail += f", {mode.name.lower()}"
         for a, b in cut:
             self._cut(a, b, mode)
