@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -74,6 +75,12 @@ def run(*argv: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> su
     return subprocess.run(cmd, input=stdin, capture_output=True, cwd=ROOT, env=_clean_env(env), timeout=60)
 
 
+def _ctrl_c_default() -> None:
+    """Ctrl-C as at a terminal: a test suite started in the background (`make test &`, nohup) hands
+    its children an ignored SIGINT, and then the tests that press Ctrl-C would wait forever."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Background:
     """A `rill` subprocess (a tail) whose stdout lines are read with a timeout. `launcher` is what
     runs the CLI: `-m app.cli`, or `-c CODE ARGS...` for a script that patches something first."""
@@ -81,7 +88,13 @@ class Background:
     def __init__(self, *argv: str, launcher: Sequence[str] = ("-m", "app.cli")) -> None:
         cmd = [sys.executable, *launcher, *argv]
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=ROOT, env=_clean_env()
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=_clean_env(),
+            preexec_fn=_ctrl_c_default,
         )
         self.lines: queue.Queue[bytes] = queue.Queue()
         self.pump = threading.Thread(target=self._pump, daemon=True)
