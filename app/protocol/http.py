@@ -14,11 +14,12 @@ from urllib.parse import parse_qs, quote, urlsplit
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from app.domain.headers import SECURITY_HEADERS
+
 if TYPE_CHECKING:
     from app.node import Engine
 
 # Browser security headers the protocol recommends on every response.
-SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cross-origin-resource-policy", b"cross-origin")]
 
 
 @dataclass(slots=True)

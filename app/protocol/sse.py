@@ -16,11 +16,12 @@ import asyncio
 from starlette.types import Receive, Send
 
 from app.domain.errors import ProtocolError
+from app.domain.headers import SECURITY_HEADERS
 from app.node import Engine
 from app.protocol.cursor import next_cursor
 from app.protocol.fanout import DirectSink, QueueSink, Release, Subscriber, fanout_for
 from app.protocol.headers import parse_uint
-from app.protocol.http import SECURITY_HEADERS, Call
+from app.protocol.http import Call
 from app.protocol.reads import ReadRequest, checked_position, live_seconds, render_body
 from app.protocol.sse_events import control_event, data_event, is_binary
 from app.protocol.target import StreamTarget

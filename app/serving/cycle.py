@@ -28,7 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, ST
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from app.domain.errors import error_body
-from app.serving.responses import SECURITY_HEADERS
+from app.domain.headers import SECURITY_HEADERS
 
 EXTENSION = "rill.chunks"
 logger = logging.getLogger("uvicorn.error")

@@ -6,11 +6,8 @@ from __future__ import annotations
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from app.domain.errors import error_body
+from app.domain.headers import SECURITY_HEADERS
 
-SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
-    (b"x-content-type-options", b"nosniff"),
-    (b"cross-origin-resource-policy", b"cross-origin"),
-]
 _SECURITY = b"".join(name + b": " + value + b"\r\n" for name, value in SECURITY_HEADERS)
 
 
