@@ -8,26 +8,48 @@ into the core only through its attributes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, ReadIndex, ReadIndexResponse, TimeoutNow
+from app.raft.progress import ProgressTracker
+from app.raft.raft_log import RaftLog
+from app.raft.read_only import ReadOnly
 from app.raft.ready import Role
 
-if TYPE_CHECKING:
-    from app.raft.core import RaftCore
+
+class CoreState(Protocol):
+    """What these functions read and write of the Raft core (app/raft/core.py satisfies it), so
+    this module does not import the core that imports it."""
+
+    id: int
+    term: int
+    commit: int
+    role: Role
+    clock: int
+    election_ticks: int
+    commit_alone: bool
+    transferee: int
+    transfer_elapsed: int
+    tracker: ProgressTracker
+    log: RaftLog
+    read_only: ReadOnly
+    outbox: list[Message]
+    checkpoint_requests: list[int]
+    read_states: list[tuple[int, int]]
+
 
 MAX_ENTRIES_PER_MESSAGE = 256
 MAX_BYTES_PER_MESSAGE = 4 << 20  # entries' data per AppendEntries; one bigger entry goes alone
 
 
-def step_leader(core: RaftCore, msg: Message) -> None:
+def step_leader(core: CoreState, msg: Message) -> None:
     if isinstance(msg, AppendResponse):
         _on_append_response(core, msg)
     elif isinstance(msg, ReadIndex):
         serve_read(core, msg.ctx, msg.src)
 
 
-def start_transfer(core: RaftCore) -> int:
+def start_transfer(core: CoreState) -> int:
     """Hands leadership to the most caught-up voter; returns it (0 when there is none)."""
     progress = core.tracker.progress
     candidates = [p for p in progress if p in core.tracker.voters]
@@ -45,7 +67,7 @@ def start_transfer(core: RaftCore) -> int:
 # Replication
 
 
-def _on_append_response(core: RaftCore, msg: AppendResponse) -> None:
+def _on_append_response(core: CoreState, msg: AppendResponse) -> None:
     progress = core.tracker.progress.get(msg.src)
     if progress is None:
         return
@@ -63,20 +85,20 @@ def _on_append_response(core: RaftCore, msg: AppendResponse) -> None:
         send_append(core, msg.src)
 
 
-def send_appends(core: RaftCore) -> None:
+def send_appends(core: CoreState) -> None:
     """Sends each peer the entries it has not been sent yet (none to a peer that has them all)."""
     for peer in core.tracker.peers():
         if core.tracker.progress[peer].next <= core.log.last_index():
             send_append(core, peer)
 
 
-def broadcast_append(core: RaftCore) -> None:
+def broadcast_append(core: CoreState) -> None:
     """Sends every peer an append (empty for one that was sent every entry): the heartbeat of a round."""
     for peer in core.tracker.peers():
         send_append(core, peer)
 
 
-def send_append(core: RaftCore, peer: int) -> None:
+def send_append(core: CoreState, peer: int) -> None:
     progress, log, rnd = core.tracker.progress[peer], core.log, core.read_only.round
     if progress.needs_checkpoint(log.checkpoint_index):
         core.checkpoint_requests.append(peer)
@@ -103,7 +125,7 @@ def _within_budget(entries: list[Entry]) -> list[Entry]:
     return entries
 
 
-def maybe_commit(core: RaftCore) -> None:
+def maybe_commit(core: CoreState) -> None:
     matches = core.tracker.match_indexes()
     candidate = core.tracker.majority(lambda v: core.log.stable if v == core.id else matches.get(v, 0))
     if core.commit_alone:
@@ -118,7 +140,7 @@ def maybe_commit(core: RaftCore) -> None:
 # Reads
 
 
-def serve_read(core: RaftCore, ctx: int, requester: int) -> None:
+def serve_read(core: CoreState, ctx: int, requester: int) -> None:
     leased = core.read_only.leased(core.tracker, core.clock, core.election_ticks)
     if leased and core.log.term_at(core.commit) == core.term:
         answer_read(core, ctx, requester, core.commit)
@@ -129,14 +151,14 @@ def serve_read(core: RaftCore, ctx: int, requester: int) -> None:
     core.read_only.wait(ctx, requester)
 
 
-def _release_reads(core: RaftCore) -> None:
+def _release_reads(core: CoreState) -> None:
     if core.log.term_at(core.commit) != core.term:
         return  # a new leader knows its commit index once an entry of its term commits
     for ctx, requester in core.read_only.release(core.tracker):
         answer_read(core, ctx, requester, core.commit)
 
 
-def answer_read(core: RaftCore, ctx: int, requester: int, index: int) -> None:
+def answer_read(core: CoreState, ctx: int, requester: int, index: int) -> None:
     """Answers a read with `index` (0: refused): into the next Ready for this node, else to the requester."""
     if requester == core.id:
         core.read_states.append((ctx, index))
