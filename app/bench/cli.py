@@ -15,7 +15,7 @@ from typing import Any
 
 from app.bench import memory, patterns, soak
 from app.bench.append import AppendOptions, run_append
-from app.bench.chaos import run as chaos
+from app.bench.chaos.options import ChaosOptions
 from app.bench.cold import ColdOptions, run_cold
 from app.bench.fanout import FanoutOptions, run_fanout
 from app.bench.replay import ReplayOptions, run_replay
@@ -80,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     chaotic = workloads.add_parser(
         "chaos", help="a real cluster under network faults, kills and pauses; every acknowledged write checked"
     )
-    _add_options(chaotic, chaos.ChaosOptions, table=False)
+    _add_options(chaotic, ChaosOptions, table=False)
     mem = workloads.add_parser("memory", help="peak server memory during one large append, per body byte")
     _add_options(mem, memory.MemoryOptions, table=False)
     compare = workloads.add_parser("compare", help="run a workload against Rill and the Node reference server")
@@ -135,7 +135,9 @@ def main(args: argparse.Namespace) -> None:
     if args.workload == "soak":
         raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))
     if args.workload == "chaos":
-        raise SystemExit(chaos.main(_options(args, chaos.ChaosOptions), args.json_out))
+        from app.bench.chaos import run as chaos  # the cluster, proxy and clients load only for this command
+
+        raise SystemExit(chaos.main(_options(args, ChaosOptions), args.json_out))
     if args.workload == "memory":
         raise SystemExit(memory.main(_options(args, memory.MemoryOptions), args.json_out))
     if args.workload == "compare":

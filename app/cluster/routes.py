@@ -185,8 +185,9 @@ async def _not_leader(request: Request, body: bytes = b"") -> Response:
         return to_response(leader_redirect(leader, request.scope))
     call = Call.from_scope(request.scope, request.receive)
     forwarder = request.app.state.forwarder
-    route = engine.leader_route() or leader
-    reply = await forwarder.forward(call, route, len(body), body=body, timeout=CATCH_UP_SECONDS + 30)
+    reply = await forwarder.forward(
+        call, engine.leader_route() or leader, len(body), body=body, timeout=CATCH_UP_SECONDS + 30
+    )
     return to_response(reply)
 
 

@@ -1,4 +1,5 @@
-"""Headers every response carries, from the app and from the HTTP edge alike."""
+"""Browser security headers the protocol recommends on every response, from the app and from the
+HTTP edge alike."""
 
 from __future__ import annotations
 

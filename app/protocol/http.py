@@ -19,8 +19,6 @@ from app.domain.headers import SECURITY_HEADERS
 if TYPE_CHECKING:
     from app.node import Engine
 
-# Browser security headers the protocol recommends on every response.
-
 
 @dataclass(slots=True)
 class Call:

@@ -71,7 +71,7 @@ def check(history: History, bound: float = UNAVAILABLE_BOUND_SECONDS) -> Verdict
         content = final.get(stream, [])
         ends = _ends(content)
         _appends(stream, by_stream[stream], content, verdict)
-        _offsets(stream, by_stream[stream], [r for r in history.reads if r.stream == stream], content, ends, verdict)
+        _offsets(stream, by_stream[stream], [r for r in history.reads if r.stream == stream], ends, verdict)
         _reads(stream, by_stream[stream], [r for r in history.reads if r.stream == stream], content, ends, verdict)
     _subscriptions(history.claims, history.acks, history.subscription_final, verdict)
     _availability(history, bound, verdict)
@@ -155,9 +155,7 @@ def _appends(stream: str, appends: list[Append], content: list[str], verdict: Ve
             earliest = (acked_end[payload], payload)
 
 
-def _offsets(
-    stream: str, appends: list[Append], reads: list[Read], content: list[str], ends: dict[str, int], verdict: Verdict
-) -> None:
+def _offsets(stream: str, appends: list[Append], reads: list[Read], ends: dict[str, int], verdict: Verdict) -> None:
     """Every offset a client was given names one byte position, and offsets grow with positions."""
     named: dict[str, tuple[int, Any]] = {}
     first_attempt: dict[str, Append] = {}

@@ -15,7 +15,6 @@ from app.bench.chaos.history import Fault
 from app.bench.chaos.proxy import Fault as LinkFault
 from app.bench.chaos.proxy import Mode
 
-KINDS = ("partition", "oneway", "pause", "kill", "delay", "disk", "quiet", "membership")
 QUIET_SECONDS = 7.0  # longer than every idle timeout: keep-alive (5 s), forwarded writes' pool (4 s)
 
 

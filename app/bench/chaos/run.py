@@ -12,7 +12,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +21,13 @@ from app.bench.chaos import workload
 from app.bench.chaos.checker import UNAVAILABLE_BOUND_SECONDS, Verdict, check
 from app.bench.chaos.cluster import ChaosCluster
 from app.bench.chaos.history import History
-from app.bench.chaos.nemesis import KINDS, Nemesis, Step, plan
+from app.bench.chaos.nemesis import Nemesis, Step, plan
+from app.bench.chaos.options import KINDS, ChaosOptions
 from app.bench.chaos.proxy import ProxyHub
 
 SETTLE_SECONDS = 60.0  # after the last heal, at most this long for every node to apply everything
 CALM_SECONDS = 6.0  # clients go on at least this long after the last heal
 OVERRUN_SECONDS = 120.0  # how much longer than --seconds late faults may take before the rest are dropped
-
-
-@dataclass
-class ChaosOptions:
-    nodes: int = 3
-    seconds: float = 60.0
-    faults: str = ",".join(KINDS)
-    seed: int = 1
-    broken: str = ""  # a deliberately broken build: "commit-alone" or "read-without-barrier"
-    keep: bool = False  # keep the nodes' data and logs (printed) instead of deleting them
 
 
 def main(options: ChaosOptions, json_out: Path | None) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from app.bench.chaos.nemesis import KINDS, plan
+from app.bench.chaos.nemesis import plan
+from app.bench.chaos.options import KINDS
 from app.bench.chaos.run import ChaosOptions, run
 
 # Seed 20's first 55 s: pause, membership, disk, partition, quiet, kill and delay, one each.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from app.bench.chaos.nemesis import KINDS, QUIET_SECONDS, plan
+from app.bench.chaos.nemesis import QUIET_SECONDS, plan
+from app.bench.chaos.options import KINDS
 
 
 def test_a_seed_fixes_the_schedule() -> None:
