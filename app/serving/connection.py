@@ -1,4 +1,11 @@
-"""One client connection: uvicorn's httptools protocol with the edge's limits.
+"""One client connection: an asyncio protocol on httptools' request parser, with the edge's limits.
+
+uvicorn runs it (`uvicorn.run(..., http=protocol_for(limits))`) and owns the sockets, the TLS, the
+lifespan and the signals; from uvicorn it takes only the public Config and ServerState it is built
+with: the app, the root path, the connections and tasks uvicorn waits for on shutdown, the default
+headers (date, server) and the lifespan state each request's scope gets a copy of. Everything on the
+wire is its own: parsing through httptools, pipelining, keep-alive, flow control (flow.py), the
+request/response cycle (cycle.py) and its own error answers (responses.py).
 
 A connection is in one phase at a time, by what the parser is waiting for: IDLE (between requests,
 or a response is under way), HEAD (a request has begun, its headers have not all arrived) or BODY.
@@ -17,21 +24,21 @@ A connection past `max_connections`, or past `max_connections_per_client` from i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import urllib.parse
 from collections import deque
 from typing import Any
 
 import httptools
 from uvicorn.config import Config
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from app.serving.clients import ClientSlots, client_key
 from app.serving.cycle import EXTENSION, Cycle
+from app.serving.flow import FlowControl
 from app.serving.limits import LINGER_SECONDS, EdgeLimits
 from app.serving.responses import error_response
+from app.serving.scope import local_addr, remote_addr, request_target, scheme
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
 # A timer may fire a hair before its deadline; re-arming it for that is not worth a loop turn.
@@ -39,7 +46,9 @@ _SLACK = 0.005
 _CAP_WARNING_SECONDS = 10.0
 _last_cap_warning = float("-inf")
 _last_client_cap_warning = float("-inf")
+# uvicorn's logger names: the log configuration (app/observability/logs.py) and operators know them.
 logger = logging.getLogger("uvicorn.error")
+access_logger = logging.getLogger("uvicorn.access")
 
 
 class _Reject(Exception):
@@ -50,33 +59,11 @@ class _Reject(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-class _Flow(FlowControl):
-    """uvicorn's flow control, also telling the connection when it stops and resumes reading.
-
-    Time the server does not read (the app has not taken the buffered body yet, or has not asked
-    for a 100-continue body) is not held against the client.
-    """
-
-    def __init__(self, transport: asyncio.Transport, connection: EdgeProtocol) -> None:
-        super().__init__(transport)
-        self._connection = connection
-
-    def pause_reading(self) -> None:
-        self._connection.pause_clock()
-        super().pause_reading()
-
-    def resume_reading(self) -> None:  # uvicorn calls it on every receive(): the app wants the body
-        self._connection.resume_clock()
-        super().resume_reading()
-
-
-class EdgeProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, bounded: see the module's docstring."""
+class EdgeProtocol(asyncio.Protocol):
+    """One HTTP/1.1 connection, bounded: see the module's docstring."""
 
     limits = EdgeLimits()  # protocol_for() binds the server's limits
     clients = ClientSlots(limits.max_connections_per_client)  # and the server's count of connections per address
-    cycle: Cycle  # type: ignore[assignment]
-    pipeline: deque[tuple[Cycle, Any]]  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -85,7 +72,38 @@ class EdgeProtocol(HttpToolsProtocol):
         app_state: dict[str, Any],
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
+        # uvicorn builds one per connection, as protocol_class(config=, server_state=, app_state=, _loop=).
+        if not config.loaded:
+            config.load()
+        self.app: Any = config.loaded_app
+        self.root_path: str = config.root_path
+        self.asgi_version: str = config.asgi_version
+        # uvicorn silences its access logger when access_log is off; handlers are what a line needs.
+        self.access_log = bool(config.access_log) and access_logger.hasHandlers()
+        self.loop = _loop or asyncio.get_running_loop()
+        self.server_state = server_state
+        self.app_state = app_state  # the lifespan's state: each request's scope gets a shallow copy
+        # uvicorn's shutdown calls shutdown() on every member and waits for the set, then the tasks, to empty.
+        self.connections: set[Any] = server_state.connections
+        self.tasks: set[asyncio.Task[None]] = server_state.tasks
+        self.parser = httptools.HttpRequestParser(self)
+        with contextlib.suppress(AttributeError):  # httptools < 0.6.3 is strict here anyway
+            # A request with `Connection: close` followed by more bytes is still answered.
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        # The connection
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.flow: FlowControl = None  # type: ignore[assignment]
+        self.server: tuple[str, int | None] | None = None
+        self.client: tuple[str, int] | None = None
+        self.scheme = "http"
+        self.cycle: Cycle | None = None  # the latest request's
+        self.pipeline: deque[tuple[Cycle, Any]] = deque()  # requests read while a response is under way
+        # The request being parsed
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.scope: dict[str, Any] = {}
+        self.expect_100_continue = False
+        # The limits' bookkeeping
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._phase = _IDLE
@@ -118,13 +136,16 @@ class EdgeProtocol(HttpToolsProtocol):
                 self._refuse_client(transport, key)
                 return
             self._client = key
-        super().connection_made(transport)
-        self.flow = _Flow(transport, self)
+        self.connections.add(self)
+        self.transport = transport
+        self.flow = FlowControl(transport, self.pause_clock, self.resume_clock)
+        self.server = local_addr(transport)
+        self.client = remote_addr(transport)
+        self.scheme = scheme(transport)
         self._idle_since = self.loop.time()
         self._arm(self._idle_since + self.limits.keepalive_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """uvicorn's, with the Cycle's wake-up in place of its message event."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -141,8 +162,27 @@ class EdgeProtocol(HttpToolsProtocol):
             self.flow.resume_writing()
         if exc is None:
             self.transport.close()
-            self._unset_keepalive_if_required()
-        self.parser = None  # type: ignore[assignment]
+        self.parser = None  # type: ignore[assignment]  # the parser holds this protocol: break the cycle
+
+    def eof_received(self) -> None:
+        """The client half-closed: the transport closes (once what is written has gone out)."""
+
+    def pause_writing(self) -> None:  # the transport's buffer passed its high-water mark
+        if self.flow is not None:
+            self.flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.flow is not None:
+            self.flow.resume_writing()
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful shutdown: an idle connection closes now, a busy one after its response."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            if self.transport is not None:
+                self.transport.close()
+        else:
+            cycle.keep_alive = False
 
     def data_received(self, data: bytes) -> None:
         if self._done:
@@ -176,10 +216,23 @@ class EdgeProtocol(HttpToolsProtocol):
                 if self._stalled_bytes > limit:
                     self._fail(431, "headers_too_large", f"the request's trailers exceed {limit} bytes")
 
-    # Parser callbacks (uvicorn's, plus the bookkeeping the limits need)
+    # Parser callbacks
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = {
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
         self._phase = _HEAD
         self._head_start = self.loop.time()
         # A request that begins mid-read after another one's bytes: this read is not counted (it
@@ -190,6 +243,9 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._paused_at is not None:
             self._paused_at = self._head_start  # the pause counts from here, not from before the request
         self._arm(self._head_start + self.limits.header_timeout)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url  # the target may come in pieces, one per read
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._phase != _HEAD:
@@ -223,40 +279,35 @@ class EdgeProtocol(HttpToolsProtocol):
         return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def _start_cycle(self) -> None:
-        """uvicorn's on_headers_complete, making a Cycle, without its concurrency limit (max_connections
-        replaces it) and without WebSocket upgrades (served with ws="none")."""
+        """The request's scope completed and its Cycle made: run now, or queued behind the response
+        under way. No concurrency limit (max_connections is the bound) and no WebSocket: an Upgrade
+        request is served as plain HTTP."""
         scope = self.scope
         scope["method"] = self.parser.get_method().decode("ascii")
         http_version = self.parser.get_http_version()
         if http_version != "1.1":
             scope["http_version"] = http_version
-        parsed_url = httptools.parse_url(self.url)
-        raw_path = parsed_url.path
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        scope["path"] = self.root_path + path
-        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
-        scope["query_string"] = parsed_url.query or b""
+        scope["path"], scope["raw_path"], scope["query_string"] = request_target(self.url, self.root_path)
         existing = self.cycle
         cycle = self.cycle = Cycle(
             scope,
             self.transport,
             self.flow,
             self.server_state.default_headers,
+            # HTTP/1.0 is answered and closed, even with `Connection: keep-alive`.
             keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
             expect_100_continue=self.expect_100_continue,
             on_response=self.on_response_complete,
             access_log=self.access_log,
         )
-        scope["extensions"] = {EXTENSION: cycle}  # type: ignore[dict-item]
+        scope["extensions"] = {EXTENSION: cycle}
         if existing is None or existing.response_complete:
-            self._start_asgi_task(self.cycle, self.app)
-        else:  # pipelined: queued behind the response under way
+            self._start_asgi_task(cycle, self.app)
+        else:  # pipelined: queued behind the response under way, and nothing more read meanwhile
             self.flow.pause_reading()
-            self.pipeline.appendleft((self.cycle, self.app))
+            self.pipeline.appendleft((cycle, self.app))
 
-    def _start_asgi_task(self, cycle: Cycle, app: Any) -> None:  # type: ignore[override]
+    def _start_asgi_task(self, cycle: Cycle, app: Any) -> None:
         task = self.loop.create_task(cycle.run_asgi(app))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
@@ -264,27 +315,36 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         self._body_last = self.loop.time()
-        if not self.cycle.response_complete:
-            self.cycle.body_received(body)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.body_received(body)
 
     def on_message_complete(self) -> None:
         self._phase = _IDLE
-        if not self.cycle.response_complete:
-            self.cycle.message_complete()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.message_complete()
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
-        elif self._phase == _IDLE:
+            if self.pipeline:
+                # Still queued: nothing more is read until they are answered (a request that wants its
+                # body resumes reading itself), so a client pipelining without reading its answers
+                # holds one read's worth of requests, not all the write buffer lets through.
+                return
+            self.flow.resume_reading()
+            return
+        self.flow.resume_reading()
+        if self._phase == _IDLE:
             self._idle_since = self.loop.time()
             self._arm(self._idle_since + self.limits.keepalive_timeout)
 
-    # The clock that runs while the server reads (called by _Flow)
+    # The clock that runs while the server reads (FlowControl calls these)
 
     def pause_clock(self) -> None:
         if self._paused_at is None:

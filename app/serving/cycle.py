@@ -1,8 +1,8 @@
 """One request/response cycle: the ASGI `receive` and `send` of a request on an HTTP/1.1 connection.
 
-It keeps uvicorn's semantics (100-continue, flow control, chunked or fixed-length bodies, keep-alive,
-the error rules of `run_asgi`) with less per-request work, which at thousands of appends a second
-costs more than the append itself:
+The semantics are the usual ASGI server's (uvicorn's, which this edge replaced: 100-continue, flow
+control, chunked or fixed-length bodies, keep-alive, the error rules of `run_asgi`) with less
+per-request work, which at thousands of appends a second costs more than the append itself:
 - a response of known length (and one with no body) goes out in one write, head and body;
 - header names and values are each checked in one search over all of them (the patterns are
   character classes, so that is the same check);
@@ -23,12 +23,12 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
-from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, STATUS_LINE
-from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
-
 from app.domain.errors import error_body
 from app.domain.headers import SECURITY_HEADERS
+from app.serving.flow import HIGH_WATER_LIMIT, FlowControl
+from app.serving.headers import check_headers
+from app.serving.scope import client_label, path_with_query
+from app.serving.status import STATUS_LINE
 
 EXTENSION = "rill.chunks"
 logger = logging.getLogger("uvicorn.error")
@@ -205,14 +205,11 @@ class Cycle:
         if self.access_log:
             scope = self.scope
             access_logger.info(
-                '%s - "%s %s HTTP/%s" %d', get_client_addr(scope), scope["method"],
-                get_path_with_query_string(scope), scope["http_version"], status,
+                '%s - "%s %s HTTP/%s" %d', client_label(scope), scope["method"],
+                path_with_query(scope), scope["http_version"], status,
             )  # fmt: skip
         # The server's own headers (date, server) are not the app's to get wrong: only the app's are checked.
-        if HEADER_RE.search(b"".join([name for name, _ in given])):
-            raise RuntimeError("Invalid HTTP header name.")
-        if HEADER_VALUE_RE.search(b"".join([value for _, value in given])):
-            raise RuntimeError("Invalid HTTP header value.")
+        check_headers(given)
         headers = self.default_headers + list(given)
         content = [STATUS_LINE[status]]
         has_connection_close = False

@@ -3,10 +3,9 @@ security headers as the app's."""
 
 from __future__ import annotations
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
-
 from app.domain.errors import error_body
 from app.domain.headers import SECURITY_HEADERS
+from app.serving.status import STATUS_LINE
 
 _SECURITY = b"".join(name + b": " + value + b"\r\n" for name, value in SECURITY_HEADERS)
 

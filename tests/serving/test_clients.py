@@ -21,7 +21,7 @@ from app.serving.clients import ClientSlots, client_key
 from app.serving.connection import protocol_for
 from app.serving.limits import EdgeLimits
 from tests.server import RillProcess
-from tests.serving.test_protocol import FakeTransport, ok
+from tests.serving.harness import FakeTransport, ok
 from tests.serving.wire import Answer, assert_error, parse, read_to_close, ready
 
 CAP = 16  # max_connections of the process below: a quarter, 4, per address

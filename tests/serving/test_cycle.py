@@ -1,4 +1,4 @@
-"""The response's start: what uvicorn would write, in one write with the body when the length is known."""
+"""The response's start: what an ASGI server writes, in one write with the body when the length is known."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from app.serving.cycle import Cycle
+from app.serving.flow import HIGH_WATER_LIMIT
 
 pytestmark = pytest.mark.anyio
 
@@ -130,8 +131,6 @@ async def test_receive_waits_for_the_body_and_joins_its_pieces_once() -> None:
 
 
 async def test_a_body_past_the_high_water_mark_pauses_reading_and_a_disconnect_wakes_receive() -> None:
-    from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
-
     flow = ReadingFlow()
     c = Cycle({"type": "http", "method": "POST"}, FakeTransport(), flow, [], True)  # type: ignore[arg-type]
     c.body_received(b"x" * (HIGH_WATER_LIMIT + 1))

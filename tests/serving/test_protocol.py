@@ -5,49 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from uvicorn.server import ServerState
-
-from app.serving.connection import EdgeProtocol, protocol_for
 from app.serving.limits import EdgeLimits
-
-App = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
-GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-
-
-class FakeTransport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.closed = self.eof = self.paused = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written += data
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def write_eof(self) -> None:
-        self.eof = True
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 4437)}.get(name, default)
+from tests.serving.harness import GET, connect, ok, settle
 
 
 class CountingLoop:
@@ -69,33 +31,12 @@ class CountingLoop:
         return getattr(self._loop, name)
 
 
-async def ok(scope: Any, receive: Any, send: Any) -> None:
-    while (await receive()).get("more_body"):
-        pass
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-    await send({"type": "http.response.body", "body": b"ok"})
-
-
-def connect(app: App, protocol: type[HttpToolsProtocol], loop: Any) -> tuple[HttpToolsProtocol, FakeTransport]:
-    config = Config(app=app, http=protocol, ws="none", lifespan="off", log_config=None, proxy_headers=False)
-    config.load()
-    connection = protocol(config, ServerState(), {}, _loop=loop)
-    transport = FakeTransport()
-    connection.connection_made(transport)
-    return connection, transport
-
-
-async def settle() -> None:
-    for _ in range(10):
-        await asyncio.sleep(0)
-
-
 def test_the_apps_unhandled_error_is_a_json_500() -> None:
     async def boom(scope: Any, receive: Any, send: Any) -> None:
         raise RuntimeError("bug")
 
     async def run() -> bytes:
-        connection, transport = connect(boom, EdgeProtocol, asyncio.get_running_loop())
+        connection, transport = connect(boom)
         connection.data_received(GET)
         await settle()
         return bytes(transport.written)
@@ -107,10 +48,10 @@ def test_the_apps_unhandled_error_is_a_json_500() -> None:
     assert json.loads(body) == {"error": {"code": "internal_error", "message": "internal server error"}}
 
 
-def _timers_for_requests(protocol: type[HttpToolsProtocol], requests: int) -> int:
+def _timers_for_requests(requests: int) -> int:
     async def run() -> int:
         loop = CountingLoop(asyncio.get_running_loop())
-        connection, transport = connect(ok, protocol, loop)
+        connection, transport = connect(ok, loop=loop)
         for _ in range(requests):
             connection.data_received(GET)
             await settle()
@@ -121,8 +62,7 @@ def _timers_for_requests(protocol: type[HttpToolsProtocol], requests: int) -> in
 
 
 def test_a_request_on_a_busy_connection_costs_no_timer() -> None:
-    assert _timers_for_requests(EdgeProtocol, 200) <= 2
-    assert _timers_for_requests(HttpToolsProtocol, 200) >= 200  # uvicorn's: one keep-alive timer each
+    assert _timers_for_requests(200) <= 2  # not one keep-alive timer per request
 
 
 def _upload(limits: EdgeLimits, app_waits: float, client_waits: float) -> bytes:
@@ -133,10 +73,10 @@ def _upload(limits: EdgeLimits, app_waits: float, client_waits: float) -> bytes:
         await ok(scope, receive, send)
 
     async def run() -> bytes:
-        connection, transport = connect(slow_reader, protocol_for(limits), asyncio.get_running_loop())
+        connection, transport = connect(slow_reader, limits)
         head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (200 * 1024)
         connection.data_received(head + b"x" * 96 * 1024)
-        assert transport.paused  # uvicorn stops reading past 64 KiB the app has not taken
+        assert transport.paused  # the edge stops reading past 64 KiB the app has not taken
         await asyncio.sleep(client_waits)
         if not transport.closed and not transport.eof:
             connection.data_received(b"x" * 104 * 1024)
@@ -164,7 +104,7 @@ def test_a_client_waiting_for_100_continue_is_not_timed_out() -> None:
         await ok(scope, receive, send)
 
     async def run() -> bytes:
-        connection, transport = connect(late_reader, protocol_for(limits), asyncio.get_running_loop())
+        connection, transport = connect(late_reader, limits)
         connection.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
         while b"100 Continue" not in transport.written:
             await asyncio.sleep(0.01)
