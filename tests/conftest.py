@@ -10,16 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests import seeds
 from tests.moto import MotoS3
 from tests.server import RillProcess
-
-
-@pytest.fixture(scope="session")
-def seed_pool() -> Iterator[seeds.ProcessPoolExecutor]:
-    """Worker processes for the simulations' seeds, shared by the session."""
-    with seeds.pool() as executor:
-        yield executor
 
 
 @pytest.fixture(scope="session")

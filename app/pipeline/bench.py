@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app.pipeline import register
-from app.pipeline.datasource import plan, store_for
 from app.pipeline.options import ReadOptions
+from app.pipeline.planning import plan, store_for
 from app.tiering.segment import Manifest, Record, build, entry, manifest_key, segment_key
 from app.tiering.store import open_store
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.pipeline import register
-from app.pipeline.datasource import pack, plan
 from app.pipeline.options import ReadOptions
+from app.pipeline.planning import pack, plan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from app.domain.offsets import format_offset
-from app.pipeline.datasource import restrict, segments_between, starts_between
+from app.pipeline.cold import restrict, segments_between, starts_between
 from app.pipeline.hot import after_records, earliest, list_tails, next_start, read_range
 from app.pipeline.options import STREAM_ONLY, TOKEN, Bounds, Range, ReadOptions
 from app.tiering.segment import offset_of

@@ -12,20 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, IsNull, LessThan, LessThanOrEqual
 
 from app.domain.offsets import format_offset
 from app.pipeline import PUSHDOWN_CONF
-from app.pipeline.datasource import (
-    SPARK_SCHEMA,
-    RillReader,
-    SegmentGroup,
-    SegmentPartition,
-    pack,
-    pick_row_groups,
-    plan,
-)
-from app.pipeline.options import Bounds, ReadOptions, narrow
+from app.pipeline.cold import pick_row_groups
+from app.pipeline.datasource import SPARK_SCHEMA, RillReader, SegmentGroup
+from app.pipeline.options import ReadOptions
+from app.pipeline.planning import plan
 from app.tiering.segment import SCHEMA, Record
 from tests.pipeline.conftest import LAYOUT, Cold
 
@@ -146,52 +139,6 @@ def test_offset_and_time_options_prune_and_filter_rows(spark: SparkSession, cold
     assert rows(load(spark, middle)) == expected(cold, "b1", ["big"], lambda r: r.pos >= big[9].pos)
 
 
-def test_plan_keeps_exactly_the_segments_touching_the_range(file_cold: Cold) -> None:
-    seg = file_cold.manifests[("b1", "orders")].segments
-    firsts = [s.first_offset for s in seg]
-    boundary = int(seg[1].first_offset[-16:])
-
-    def planned(**extra: str) -> list[str]:
-        return [p.first_offset for p in plan(file_cold.opts(stream="orders", **extra))]
-
-    assert planned() == firsts
-    assert planned(from_offset=seg[1].first_offset) == firsts[1:]
-    assert planned(from_offset=str(boundary - 1)) == firsts  # a bare position works like its token
-    assert planned(to_offset=seg[1].first_offset) == firsts[:1]  # exclusive
-    assert planned(to_offset=format_offset(boundary + 1)) == firsts[:2]
-    assert planned(from_offset=seg[2].next_offset) == []
-    assert planned(start_time=str(seg[2].min_append_time)) == firsts[2:]
-    assert planned(end_time=str(seg[2].min_append_time)) == firsts[:2]  # exclusive
-    assert planned(end_time=str(seg[2].min_append_time + 1)) == firsts
-    assert planned(start_time=utc(seg[2].max_append_time + 1).isoformat()) == []
-    # A zone in an ISO time is honoured: 01:00+01:00 is midnight UTC, the first time of segment 1.
-    assert planned(start_time="2024-03-02T01:00:00+01:00") == firsts[1:]
-    keys = [p.key for p in plan(file_cold.opts(stream="orders"))]
-    assert keys == [f"b1/orders/{s.path}" for s in seg]
-
-
-def test_narrow_reads_pushed_filters(file_cold: Cold) -> None:
-    seg = file_cold.manifests[("b1", "orders")].segments
-
-    def planned(*filters: Any) -> list[tuple[str, str]]:
-        bounds = ReadOptions.parse(file_cold.opts()).bounds
-        for f in filters:
-            bounds = narrow(bounds, f, "b1")
-        return [(p.stream, p.first_offset) for p in plan(file_cold.opts(), bounds)]
-
-    orders = EqualTo(("stream",), "orders")
-    firsts = [("orders", s.first_offset) for s in seg]
-    # A manifest does not say where a segment's last record starts, so only `next_offset` can rule it out.
-    assert planned(orders, GreaterThan(("offset",), seg[0].next_offset)) == firsts[1:]
-    assert planned(orders, GreaterThanOrEqual(("offset",), seg[1].next_offset)) == firsts[2:]
-    assert planned(orders, LessThan(("offset",), seg[1].first_offset)) == firsts[:1]
-    assert planned(orders, LessThanOrEqual(("offset",), seg[1].first_offset)) == firsts[:2]
-    assert planned(In(("stream",), ("logsx", "nope"))) == [("logsx", format_offset(0))]
-    assert planned(orders, In(("stream",), ("logsx",))) == []  # both must hold
-    assert planned(orders, IsNull(("offset",)), GreaterThan(("offset",), 5)) == firsts  # not understood: no pruning
-    assert narrow(Bounds(), EqualTo(("bucket",), "b2"), "b1").nothing
-
-
 def test_row_groups_are_pruned_by_statistics(cold: Cold, monkeypatch: pytest.MonkeyPatch) -> None:
     big = cold.records[("b1", "big")]
     (part,) = plan(cold.opts(stream="big"))
@@ -226,21 +173,6 @@ def test_packed_partitions_read_the_same_rows(spark: SparkSession, cold: Cold) -
     df = load(spark, options)
     assert df.rdd.getNumPartitions() == 3
     assert rows(df) == expected(cold, "b1", list(LAYOUT["b1"]))
-
-
-def test_pack_spreads_segments_in_runs_of_about_equal_bytes() -> None:
-    segs = [SegmentPartition("s", f"k{i}", "", "", 1, size) for i, size in enumerate([10, 10, 10, 10, 100, 10, 10])]
-
-    def runs(max_bytes: int, least: int = 1) -> list[list[int]]:
-        return [[int(s.key[1:]) for s in g.segments] for g in pack(segs, max_bytes, least)]
-
-    assert runs(0) == [[i] for i in range(7)]  # the default: a partition per segment
-    assert runs(1000) == [list(range(7))]
-    assert runs(1000, 2) == [[0, 1, 2, 3], [4, 5, 6]]  # halves by bytes, as near as whole segments allow
-    assert runs(80) == [[0, 1, 2, 3], [4, 5, 6]]  # 160 bytes need 2 runs
-    assert runs(1000, 100) == [[i] for i in range(7)]  # never more runs than segments
-    assert runs(1000, 3) == [[0, 1, 2, 3], [4], [5, 6]]
-    assert pack([], 1000, 4) == []
 
 
 def test_the_row_by_row_path_reads_the_same_rows(spark: SparkSession, file_cold: Cold) -> None:

@@ -4,8 +4,8 @@ partitions, crashes and restarts, on a fake clock of ticks. Logs are compacted o
 and restarted nodes catch up from snapshots (shipped whole after a random delay, or lost); midway
 a fourth node joins as a learner, is promoted, and one of the original nodes is removed.
 
-    python -m tests.simulation --seeds 10000        # run many seeds
-    python -m tests.simulation --seed 4242 -v       # replay one exactly
+    python -m tests.simulation.core --seeds 10000       # run many seeds
+    python -m tests.simulation.core --seed 4242 -v      # replay one exactly
 
 Checks: one leader per term; every replica applies a prefix of the same log; every acknowledged
 append is in its stream exactly once, in order (clients retry with idempotent producers across
@@ -348,7 +348,11 @@ def run_seed(seed: int, verbose: bool = False) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.simulation.core",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seeds", type=int, default=1000, help="run seeds 0..N-1")
     parser.add_argument("--start", type=int, default=0, help="first seed")
     parser.add_argument("--seed", type=int, help="replay this one seed")
@@ -361,7 +365,7 @@ def main() -> None:
             run_seed(seed, args.verbose)
         except AssertionError as exc:
             failed.append(seed)
-            print(f"seed {seed} failed: {exc}  (replay: python -m tests.simulation --seed {seed} -v)")
+            print(f"seed {seed} failed: {exc}  (replay: python -m tests.simulation.core --seed {seed} -v)")
     print(f"{len(seeds) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
 

@@ -19,24 +19,24 @@ def failures(executor: Executor, check: Callable[[int], str | None], seeds: Iter
 
 
 def check_core_seed(seed: int) -> str | None:
-    """tests/simulation.py: the pure Raft core, log store and state machine."""
-    from tests.simulation import run_seed
+    """tests/simulation/core.py: the pure Raft core, log store and state machine."""
+    from tests.simulation.core import run_seed
 
     try:
         run_seed(seed)
     except AssertionError as exc:
-        return f"seed {seed}: {exc} (replay: python -m tests.simulation --seed {seed} -v)"
+        return f"seed {seed}: {exc} (replay: python -m tests.simulation.core --seed {seed} -v)"
     return None
 
 
 def check_driver_seed(seed: int) -> str | None:
-    """tests/sim: the real asyncio RaftNode on virtual time."""
-    from tests.sim import run_seed
+    """tests/simulation/driver: the real asyncio RaftNode on virtual time."""
+    from tests.simulation.driver import run_seed
 
     try:
         result = run_seed(seed)
     except AssertionError as exc:
-        return f"seed {seed}: {exc} (replay: python -m tests.sim --seed {seed} -v)"
+        return f"seed {seed}: {exc} (replay: python -m tests.simulation.driver --seed {seed} -v)"
     if not (result.stats["acked"] > 0 and result.stats["reads"] > 0):
         return f"seed {seed}: the workload did nothing: {result.stats}"
     return None

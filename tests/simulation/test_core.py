@@ -1,4 +1,4 @@
-"""1,000 seeds of the deterministic cluster simulation (tests/simulation.py) on every run."""
+"""1,000 seeds of the deterministic cluster simulation (tests/simulation/core.py) on every run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from concurrent.futures import Executor
 
 import pytest
 
-from tests.seeds import check_core_seed, failures
+from tests.simulation.seeds import check_core_seed, failures
 
 BATCH = 100
 

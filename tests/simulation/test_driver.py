@@ -1,6 +1,6 @@
-"""The driver simulation (tests/sim/): real RaftNodes on virtual time, over many seeds.
+"""The driver simulation (tests/simulation/driver/): real RaftNodes on virtual time, over many seeds.
 
-A failing seed replays exactly: python -m tests.sim --seed N -v
+A failing seed replays exactly: python -m tests.simulation.driver --seed N -v
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, Rea
 from app.state_machine import records
 from app.state_machine.machine import StateMachine
 from app.storage.kv import Batch, MemoryKV
-from tests.seeds import check_driver_seed, failures
-from tests.sim import run_seed
-from tests.sim.checks import Machine
-from tests.sim.disk import DiskKV
-from tests.sim.loop import VirtualTimeLoop
+from tests.simulation.driver import run_seed
+from tests.simulation.driver.checks import Machine
+from tests.simulation.driver.disk import DiskKV
+from tests.simulation.driver.loop import VirtualTimeLoop
+from tests.simulation.seeds import check_driver_seed, failures
 
 SEEDS = 100  # about 0.4 s each
 BATCH = 25

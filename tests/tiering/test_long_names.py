@@ -93,7 +93,7 @@ def test_long_ids_tier_and_a_failing_stream_blocks_no_other(tmp_path: Path) -> N
 
 def check_pipeline_finds_hashed_streams(cold: Path, written: dict[str, bytes]) -> None:
     """The data source plans from manifests: hashed directories are found, and named by their manifest."""
-    from app.pipeline.datasource import plan
+    from app.pipeline.planning import plan
 
     base = {"store": cold.as_uri(), "bucket": "limits", "include_hot": "false"}
     found = {p.stream for p in plan(base)}

@@ -1,6 +1,6 @@
 """Deterministic simulation of a Rill cluster through the real asyncio driver (`RaftNode`).
 
-`tests/simulation.py` drives the pure Raft core by hand; this one runs real `RaftNode`s (group
+`tests/simulation/core.py` drives the pure Raft core by hand; this one runs real `RaftNode`s (group
 commit, the persister, applying, ReadIndex reads, checkpoint install between Readys, compaction)
 in one asyncio event loop on virtual time, so a seed replays exactly:
 
@@ -25,8 +25,8 @@ Clients (`clients.py`) append with idempotent producers through `RaftNode.propos
 NotLeader, ProposalDropped, timeouts, crashes and leader changes; readers ask `read_barrier` on any
 node.
 
-    python -m tests.sim --seeds 200       # run many seeds
-    python -m tests.sim --seed 42 -v      # replay one, printing its events
+    python -m tests.simulation.driver --seeds 200       # run many seeds
+    python -m tests.simulation.driver --seed 42 -v      # replay one, printing its events
 
 Checks (`checks.py`): at most one leader per term; every replica applies a prefix of the same log,
 without gaps (so compaction never outruns durable state); every acknowledged append is in its
@@ -35,6 +35,6 @@ was asked; acknowledgements and votes never outrun the disk (what they promise i
 driver fails; after healing, the members' state stores are identical.
 """
 
-from tests.sim.run import Result, run_seed
+from tests.simulation.driver.run import Result, run_seed
 
 __all__ = ["Result", "run_seed"]

@@ -1,4 +1,4 @@
-"""The command line: `python -m tests.sim --seeds N [--start K]`, `python -m tests.sim --seed S -v`."""
+"""The command line: `python -m tests.simulation.driver --seeds N [--start K]`, or `--seed S -v` to replay one."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ import argparse
 import sys
 import time
 
-import tests.sim
-from tests.sim.run import run_seed
+import tests.simulation.driver
+from tests.simulation.driver.run import run_seed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.sim", description=tests.sim.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m tests.simulation.driver",
+        description=tests.simulation.driver.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1")
     parser.add_argument("--start", type=int, default=0, help="first seed")
@@ -27,7 +29,7 @@ def main() -> None:
             result = run_seed(seed, args.verbose)
         except AssertionError as exc:
             failed.append(seed)
-            print(f"seed {seed} failed: {exc}  (replay: python -m tests.sim --seed {seed} -v)")
+            print(f"seed {seed} failed: {exc}  (replay: python -m tests.simulation.driver --seed {seed} -v)")
             continue
         if args.verbose or args.seed is not None:
             print(f"seed {seed}: applied {result.applied}, trace {result.digest}, {result.stats}")

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from app.state_machine import records
 from app.state_machine.export import Pair, applied_point, export, load
-from tests.sim.config import CHECKPOINT_TIMEOUT
-from tests.sim.disk import DiskKV
+from tests.simulation.driver.config import CHECKPOINT_TIMEOUT
+from tests.simulation.driver.disk import DiskKV
 
 if TYPE_CHECKING:
-    from tests.sim.process import Incarnation, Member
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.process import Incarnation, Member
+    from tests.simulation.driver.world import Simulation
 
 
 class Link:

@@ -16,12 +16,12 @@ from app.state_machine.commands import Outcome
 from app.state_machine.export import applied_point, export
 from app.state_machine.glob import matches
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
-from tests.sim.disk import DiskKV
+from tests.simulation.driver.disk import DiskKV
 
 if TYPE_CHECKING:
-    from tests.sim.clients import Client
-    from tests.sim.process import Member
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.clients import Client
+    from tests.simulation.driver.process import Member
+    from tests.simulation.driver.world import Simulation
 
 
 class Machine(StateMachine):
@@ -131,7 +131,7 @@ def settled(sim: Simulation) -> bool:
     leader = sim.leader()
     if leader is None or not sim.reconfigured or not all(c.done for c in sim.clients):
         return False
-    from tests.sim.consumers import WORKERS  # consumers -> process -> checks: imported when used
+    from tests.simulation.driver.consumers import WORKERS  # consumers -> process -> checks: imported when used
 
     if sim.consumers_done < len(WORKERS):
         return False
@@ -172,11 +172,11 @@ def check(sim: Simulation) -> None:
                 f" but the acknowledged appends were {expected[at : at + 3]}"
                 f" ({len(mine)} in the stream, {len(expected)} acknowledged)"
             )
-    from tests.sim.consumers import consumed
+    from tests.simulation.driver.consumers import consumed
 
     if not consumed(sim):  # every message reached a consumer at least once
         raise AssertionError("the subscription still has messages no consumer acknowledged")
-    from tests.sim.webhooks import check_delivered
+    from tests.simulation.driver.webhooks import check_delivered
 
     check_delivered(sim, {c.stream: machine.lookup(COMPAT_BUCKET, c.stream).tail for c in sim.clients})  # type: ignore[union-attr]
     sim.applied = applied_point(members[0].current.raft.machine.kv)[0]  # type: ignore[union-attr]

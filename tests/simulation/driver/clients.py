@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
 from app.state_machine.commands import Append, Code, CreateStream, Outcome, Producer, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET
-from tests.sim.checks import check_read
-from tests.sim.config import THINK_SECONDS
-from tests.sim.process import Unavailable, call
+from tests.simulation.driver.checks import check_read
+from tests.simulation.driver.config import THINK_SECONDS
+from tests.simulation.driver.process import Unavailable, call
 
 if TYPE_CHECKING:
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.world import Simulation
 
 
 @dataclass

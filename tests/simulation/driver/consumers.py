@@ -2,7 +2,7 @@
 acknowledge what they saw, through whichever node they reach, across crashes, partitions and
 leader changes. After healing they consume until nothing is pending: every message reaches a
 consumer at least once. More subscriptions with random patterns, adversarial ones among them, come
-and go meanwhile. Checked as replicas apply (tests/sim/checks.py): an acknowledged position never
+and go meanwhile. Checked as replicas apply (tests/simulation/driver/checks.py): an acknowledged position never
 moves backwards, one generation never has two holders, and every replica's coverage index names
 the streams a plain match of each pattern names."""
 
@@ -24,10 +24,10 @@ from app.state_machine.commands import (
     encode_envelope,
 )
 from app.state_machine.machine import COMPAT_BUCKET
-from tests.sim.process import Unavailable, call
+from tests.simulation.driver.process import Unavailable, call
 
 if TYPE_CHECKING:
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.world import Simulation
 
 SUBSCRIPTION = (COMPAT_BUCKET, "", "group")
 WAKE_STREAM = "wake/group"  # the pattern "*" (one segment) does not cover it
@@ -64,7 +64,7 @@ def consumed(sim: Simulation) -> bool:
     leader = sim.leader()
     if leader is None or leader.current is None or not all(c.done for c in sim.clients):
         return False
-    from tests.sim.webhooks import HOOKS
+    from tests.simulation.driver.webhooks import HOOKS
 
     table = leader.current.raft.machine.table
     subs = [rules.find(table, *SUBSCRIPTION), rules.find(table, *HOOKS)]
@@ -94,7 +94,7 @@ async def patterns(sim: Simulation) -> None:
             await propose(sim, DeleteSubscription(COMPAT_BUCKET, "", sub_id))
             continue
         pattern = sim.rng.choice(PATTERNS)
-        from tests.sim.webhooks import URL
+        from tests.simulation.driver.webhooks import URL
 
         wake = WAKE_STREAM if sim.rng.random() < 0.5 else None
         kind, url = ("pull-wake", None) if wake else ("webhook", URL)
@@ -106,7 +106,7 @@ async def patterns(sim: Simulation) -> None:
 
 
 async def webhook_subscription(sim: Simulation) -> None:
-    from tests.sim.webhooks import HOOKS, URL
+    from tests.simulation.driver.webhooks import HOOKS, URL
 
     await subscribe(sim, PutSubscription(*HOOKS, "webhook", "*", [], URL, None, LEASE_MS, None, "http://sim"))
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from app.storage.kv import Batch, MemoryKV
 
 if TYPE_CHECKING:
-    from tests.sim.process import Member
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.process import Member
+    from tests.simulation.driver.world import Simulation
 
 T = TypeVar("T")
 

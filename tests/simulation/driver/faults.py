@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from tests.sim.config import FAULT_SECONDS
-from tests.sim.process import Unavailable, call
+from tests.simulation.driver.config import FAULT_SECONDS
+from tests.simulation.driver.process import Unavailable, call
 
 if TYPE_CHECKING:
-    from tests.sim.process import Member
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.process import Member
+    from tests.simulation.driver.world import Simulation
 
 
 async def faults(sim: Simulation) -> None:

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
 from app.raft.messages import Membership
-from tests.sim.config import JOIN_AT
-from tests.sim.process import Member, Unavailable, call
+from tests.simulation.driver.config import JOIN_AT
+from tests.simulation.driver.process import Member, Unavailable, call
 
 if TYPE_CHECKING:
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.world import Simulation
 
 
 async def reconfigure(sim: Simulation) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from app.raft.messages import AppendEntries, Message, decode_message, encode
 
 if TYPE_CHECKING:
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.world import Simulation
 
 
 class Network:

@@ -17,13 +17,13 @@ from app.raft import log_store
 from app.raft.log_store import LogStore
 from app.raft.messages import Message
 from app.state_machine import records
-from tests.sim.checkpoints import Link
-from tests.sim.checks import Machine, check_durable
-from tests.sim.config import COMPACT_EVERY, COMPACT_KEEP, TICK
-from tests.sim.disk import DiskKV, Persister
+from tests.simulation.driver.checkpoints import Link
+from tests.simulation.driver.checks import Machine, check_durable
+from tests.simulation.driver.config import COMPACT_EVERY, COMPACT_KEEP, TICK
+from tests.simulation.driver.disk import DiskKV, Persister
 
 if TYPE_CHECKING:
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.world import Simulation
 
 T = TypeVar("T")
 
@@ -77,7 +77,7 @@ class Incarnation:
         )
         self.raft.on_failure = self._failed
         self.spawn(self.raft.start())
-        from tests.sim.webhooks import deliveries  # webhooks -> process: imported when a node boots
+        from tests.simulation.driver.webhooks import deliveries  # webhooks -> process: imported when a node boots
 
         self.deliveries = deliveries(self)
         self.spawn(self.deliveries.run_forever())

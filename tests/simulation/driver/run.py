@@ -9,15 +9,15 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from tests.sim.checks import check, settled
-from tests.sim.clients import reader, writer
-from tests.sim.config import FAULT_SECONDS, READERS, SETTLE_SECONDS
-from tests.sim.consumers import WORKERS, consumer, patterns, webhook_subscription
-from tests.sim.faults import faults
-from tests.sim.loop import VirtualTimeLoop
-from tests.sim.membership import reconfigure
-from tests.sim.process import Member, task_factory
-from tests.sim.world import Simulation
+from tests.simulation.driver.checks import check, settled
+from tests.simulation.driver.clients import reader, writer
+from tests.simulation.driver.config import FAULT_SECONDS, READERS, SETTLE_SECONDS
+from tests.simulation.driver.consumers import WORKERS, consumer, patterns, webhook_subscription
+from tests.simulation.driver.faults import faults
+from tests.simulation.driver.loop import VirtualTimeLoop
+from tests.simulation.driver.membership import reconfigure
+from tests.simulation.driver.process import Member, task_factory
+from tests.simulation.driver.world import Simulation
 
 
 @dataclass

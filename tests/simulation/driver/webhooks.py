@@ -21,8 +21,8 @@ from app.subscriptions.signing import WebhookSigner
 from app.subscriptions.urls import IPAddress
 
 if TYPE_CHECKING:
-    from tests.sim.process import Incarnation
-    from tests.sim.world import Simulation
+    from tests.simulation.driver.process import Incarnation
+    from tests.simulation.driver.world import Simulation
 
 HOOKS = (COMPAT_BUCKET, "", "hooks")
 URL = "http://receiver.sim/in"

@@ -12,11 +12,11 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from app.raft.messages import Entry
-from tests.sim.clients import Client
-from tests.sim.config import CLIENTS, STATS, STREAMS
-from tests.sim.disk import DiskKV
-from tests.sim.network import Network
-from tests.sim.process import Incarnation, Member
+from tests.simulation.driver.clients import Client
+from tests.simulation.driver.config import CLIENTS, STATS, STREAMS
+from tests.simulation.driver.disk import DiskKV
+from tests.simulation.driver.network import Network
+from tests.simulation.driver.process import Incarnation, Member
 
 T = TypeVar("T")
 
