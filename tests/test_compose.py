@@ -32,7 +32,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from app import cli
+from app.cli import program as cli
 from app.config import Settings
 from app.observability.metrics import METRIC_NAMES
 from app.security.tokens import digest

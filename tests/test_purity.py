@@ -1,8 +1,9 @@
-"""The architecture's rules, checked on the imports: cores stay pure, layers only point down.
+"""The architecture's rules, checked on the imports: cores stay pure, folders are layers, layers
+only point down.
 
-Layers, lowest first: a module may import from its own layer and the layers below it, never from
-one above. `cluster.routes` and `cluster.cli` live beside the cluster's driver but are an HTTP
-adapter and a command, so they sit with the routes and the CLI.
+Every top-level package under app/ (and each entry module at its root) sits in exactly one layer,
+lowest first. A module may import from its own folder, from other folders of its layer and from the
+layers below, never from one above; and neither folders nor modules import each other in a cycle.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -20,16 +22,18 @@ PURE = sorted([*(APP / "raft").glob("*.py"), *(APP / "state_machine").glob("*.py
 
 LAYERS: list[tuple[str, ...]] = [
     ("domain",),
-    ("storage", "observability.counters", "runtime"),
+    ("storage", "counters", "runtime"),
     ("raft",),
     ("state_machine",),
     ("tiering", "pipeline", "subscriptions"),
-    ("node", "cluster", "security", "serving"),
+    ("cluster", "security", "serving"),
+    ("config",),
+    ("service",),
     ("protocol",),
-    ("routes", "cluster.routes", "observability", "console"),
-    ("server", "config", "cli", "cluster.cli", "bench", "commands"),
+    ("routes", "observability", "console"),
+    ("server", "cli", "bench"),
 ]
-ROOT_MODULES = {"__init__.py", "server.py", "cli.py", "config.py", "node.py"}
+ROOT_MODULES = {"__init__.py", "server.py", "config.py"}
 
 
 def _module(path: Path) -> str:
@@ -49,16 +53,74 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def folder(module: str) -> str:
+    return module.split(".")[0]
+
+
 def layer_of(module: str) -> int:
-    """The layer of a dotted module under app (the longest matching name wins)."""
-    best, best_len = -1, -1
+    """The layer of a dotted module under app: its folder's."""
     for index, names in enumerate(LAYERS):
-        for name in names:
-            if (module == name or module.startswith(name + ".")) and len(name) > best_len:
-                best, best_len = index, len(name)
-    if best < 0:
-        raise AssertionError(f"app.{module} is in no layer: add it to LAYERS")
-    return best
+        if folder(module) in names:
+            return index
+    raise AssertionError(f"app.{module} is in no layer: add its folder to LAYERS")
+
+
+def _graph() -> dict[str, set[str]]:
+    """Every module under app and the app modules it imports (at any depth, TYPE_CHECKING included)."""
+    graph: dict[str, set[str]] = {}
+    known = {_module(p) for p in APP.rglob("*.py")}
+    for path in APP.rglob("*.py"):
+        targets = set()
+        for name in _imports(path):
+            if name.startswith("app."):
+                target = name.removeprefix("app.")
+                while target not in known and "." in target:
+                    target = target.rsplit(".", 1)[0]  # `from app.x import name` names a module or a symbol
+                targets.add(target)
+        graph[_module(path)] = targets - {_module(path)}
+    return graph
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterable[str]]] = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(iter(children), None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
 
 
 SOURCES = sorted(p for p in APP.rglob("*.py") if p.relative_to(APP).parts != ("__init__.py",))
@@ -77,10 +139,33 @@ def test_imports_point_down(path: Path) -> None:
     assert not upward, f"app.{_module(path)} (layer {LAYERS[here]}) imports from higher layers: {upward}"
 
 
-def test_layer_check_catches_an_upward_import() -> None:
-    assert layer_of("tiering.worker") < layer_of("node") < layer_of("protocol.reads") < layer_of("routes.ds")
-    assert layer_of("cluster.routes") == layer_of("routes")
-    assert layer_of("cluster.driver") == layer_of("node")
+def test_every_folder_sits_in_one_layer() -> None:
+    folders = {folder(_module(p)) for p in SOURCES}
+    named = [name for names in LAYERS for name in names]
+    assert sorted(named) == sorted(set(named)), "a folder is named in two layers"
+    assert not folders - set(named), f"folders in no layer: {sorted(folders - set(named))}"
+    assert not set(named) - folders, f"layers name folders that do not exist: {sorted(set(named) - folders)}"
+
+
+def test_no_import_cycles_between_folders() -> None:
+    graph = _graph()
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        folders.setdefault(folder(module), set()).update(folder(t) for t in targets if folder(t) != folder(module))
+    assert not cycles(folders), f"folders importing each other: {cycles(folders)}"
+
+
+def test_no_import_cycles_between_modules() -> None:
+    found = cycles(_graph())
+    assert not found, f"modules importing each other: {found}"
+
+
+def test_layer_check_catches_an_upward_import_and_a_cycle() -> None:
+    assert layer_of("tiering.worker") < layer_of("service.engine") < layer_of("protocol.reads") < layer_of("routes.ds")
+    assert layer_of("routes.cluster") == layer_of("routes.ds")
+    assert layer_of("cluster.driver") < layer_of("service.engine")
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_app_root_holds_only_the_entry_points() -> None:
@@ -99,7 +184,16 @@ def test_no_module_reaches_into_the_raft_core() -> None:
     assert not offenders, offenders
 
 
-@pytest.mark.parametrize("module", ["app.tiering.segment", "app.pipeline.datasource", "app.domain.offsets"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "app.tiering.segment",
+        "app.pipeline.datasource",
+        "app.pipeline.planning",
+        "app.pipeline.cold",
+        "app.domain.offsets",
+    ],
+)
 def test_executor_modules_load_no_web_framework(module: str) -> None:
     """Spark executors import these: they must not pull in Starlette (or the server)."""
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn')))"

@@ -14,7 +14,7 @@ import httpx
 from app.bench.append_wrk import check_wrk, run_wrk, wrk_base
 from app.bench.run import Run
 from app.bench.stats import Recorder, client_cpu
-from app.cluster.http1 import ConnectionClosed, connect, encode_request
+from app.cluster.peer_client import PeerClientError, connect, encode_request
 
 
 @dataclass
@@ -99,15 +99,15 @@ async def run_append(run: Run, opts: AppendOptions) -> dict[str, Any]:
                 else:
                     raw = plain[i]
                 t0 = time.perf_counter()
-                status, _ = await conn.request(raw)
+                status = (await conn.request(raw)).status
                 latency = time.perf_counter() - t0
                 if opts.producers and status == 200:
                     seqs[i] += 1
                 requests[0] += 1
                 if now >= measure_from:
                     rec.add(latency, status, len(payload))
-        except ConnectionClosed:
-            rec.statuses[0] += 1  # 0: the server closed the connection
+        except (PeerClientError, TimeoutError):
+            rec.statuses[0] += 1  # 0: the connection failed (the server closed it, or did not answer)
         finally:
             conn.close()
 

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from app.bench.append import create_streams
+from app.bench.http_load import open_event_stream
 from app.bench.run import Run
 from app.bench.stats import client_cpu, latency_summary
-from app.cluster.http1 import connect, encode_request, open_event_stream
+from app.cluster.peer_client import connect, encode_request
 
 JSON = "application/json"
 NODE_CLIENT = Path(__file__).parent / "fanout_client.mjs"
@@ -94,8 +95,8 @@ async def _write(run: Run, url: str, opts: FanoutOptions) -> int:
         try:
             while not run.stopped() and loop.time() - start < opts.seconds:
                 body = json.dumps({"seq": sent, "t": time.time()}).encode()
-                status, _ = await conn.request(encode_request("POST", url, {"Content-Type": JSON}, body))
-                if status in (200, 204):
+                response = await conn.request(encode_request("POST", url, {"Content-Type": JSON}, body))
+                if response.status in (200, 204):
                     sent += 1
                 await asyncio.sleep(max(start + sent / opts.rate - loop.time(), 0))
         finally:

@@ -12,7 +12,7 @@ from typing import Any
 from app.bench.append import create_streams
 from app.bench.run import Run
 from app.bench.stats import client_cpu, latency_summary, rate
-from app.cluster.http1 import connect, encode_request, header
+from app.cluster.peer_client import connect, encode_request
 
 
 @dataclass
@@ -28,9 +28,9 @@ async def _fill(url: str, events: int, payload: bytes) -> None:
     raw = encode_request("POST", url, {"Content-Type": "application/octet-stream"}, payload)
     try:
         for _ in range(events):
-            status, body = await conn.request(raw)
-            if status not in (200, 204):
-                raise RuntimeError(f"filling {url}: {status} {body[:200]!r}")
+            response = await conn.request(raw)
+            if response.status not in (200, 204):
+                raise RuntimeError(f"filling {url}: {response.status} {response.body[:200]!r}")
     finally:
         conn.close()
 
@@ -39,15 +39,15 @@ async def _read_all(url: str) -> tuple[float, int]:
     """Reads a stream from -1 until up to date over one connection; returns (seconds, bytes)."""
     conn = await connect(url)
     start = time.perf_counter()
-    offset, size = b"-1", 0
+    offset, size = "-1", 0
     try:
         while True:
-            status, body = await conn.request(encode_request("GET", f"{url}?offset={offset.decode()}", {}))
-            if status != 200:
-                raise RuntimeError(f"reading {url}: {status} {body[:200]!r}")
-            size += len(body)
-            offset = header(conn.head, b"stream-next-offset") or offset
-            if header(conn.head, b"stream-up-to-date") is not None:
+            response = await conn.request(encode_request("GET", f"{url}?offset={offset}", {}))
+            if response.status != 200:
+                raise RuntimeError(f"reading {url}: {response.status} {response.body[:200]!r}")
+            size += len(response.body)
+            offset = response.header("stream-next-offset") or offset
+            if response.header("stream-up-to-date") is not None:
                 return time.perf_counter() - start, size
     finally:
         conn.close()

@@ -24,9 +24,9 @@ from rich.console import Console
 from rich.filesize import decimal
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from app.commands.client import Client, CliError, HttpError
-from app.commands.lifecycle import URL_HELP
-from app.commands.output import is_json, note
+from app.cli.client import Client, CliError, HttpError
+from app.cli.lifecycle import URL_HELP
+from app.cli.output import is_json, note
 
 BATCH_LINES = 1000
 BATCH_BYTES = 1 << 20

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from app.commands.client import Client
-from app.commands.listing import Column, pages, show
-from app.commands.output import note
+from app.cli.client import Client
+from app.cli.listing import Column, pages, show
+from app.cli.output import note
 
 COLUMNS: list[Column] = [
     Column("name", lambda b: str(b["name"])),

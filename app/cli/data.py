@@ -13,8 +13,8 @@ import sys
 
 import httpx
 
-from app.commands import append, buckets, lifecycle, read, streams, subs, tail
-from app.commands.client import CliError, add_connection_args
+from app.cli import append, buckets, lifecycle, read, streams, subs, tail
+from app.cli.client import CliError, add_connection_args
 
 NAMES = ("buckets", "streams", "create", "close", "delete", "append", "read", "tail", "subs")
 

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from app.commands.client import Client
-from app.commands.output import JSON, note
+from app.cli.client import Client
+from app.cli.output import JSON, note
 
 URL_HELP = "a stream URL, a path on --server (/v1/stream/x), or BUCKET/STREAM for {server}/ds/BUCKET/STREAM"
 

@@ -12,7 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from app.commands.client import Client
+from app.cli.client import Client
 
 PAGE = 1000  # the servers' largest page
 

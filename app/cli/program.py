@@ -1,4 +1,4 @@
-"""`rill` command line: `rill serve` starts a node; app/commands holds the data commands."""
+"""`rill` command line: `rill serve` starts a node; data.py and cluster.py hold the other commands."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import NoReturn
 import uvicorn
 from pydantic import ValidationError
 
-from app import commands
 from app.bench import cli as bench_cli
-from app.cluster import cli as cluster_cli
+from app.cli import cluster as cluster_cli
+from app.cli import data as commands
 from app.config import Settings, load_settings, parse_peers
 from app.observability import logs
 from app.pipeline import cli as pipeline_cli
@@ -216,7 +216,3 @@ def check_tls_files(settings: Settings) -> None:
             ssl.create_default_context(cafile=str(settings.tls_ca))
         except ssl.SSLError:
             raise ValueError(f"--tls-ca {settings.tls_ca} holds no PEM certificate") from None
-
-
-if __name__ == "__main__":
-    main()

@@ -6,9 +6,9 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from app.commands.client import Client
-from app.commands.lifecycle import URL_HELP
-from app.commands.output import Sink, is_json
+from app.cli.client import Client
+from app.cli.lifecycle import URL_HELP
+from app.cli.output import Sink, is_json
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]

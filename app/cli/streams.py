@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from app.commands.client import Client, UsageError
-from app.commands.listing import Column, pages, show
+from app.cli.client import Client, UsageError
+from app.cli.listing import Column, pages, show
 
 COLUMNS: list[Column] = [
     Column("name", lambda s: str(s["name"])),

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from app.commands.client import Client, UsageError
-from app.commands.listing import Column, show
+from app.cli.client import Client, UsageError
+from app.cli.listing import Column, show
 
 GROUPS: list[Column] = [
     Column("id", lambda g: str(g["id"])),

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, NoReturn
 
 import httpx
 
-from app.commands.client import Client, Unreachable
-from app.commands.lifecycle import URL_HELP
-from app.commands.output import Sink, is_json, note
-from app.commands.sse import events
+from app.cli.client import Client, Unreachable
+from app.cli.lifecycle import URL_HELP
+from app.cli.output import Sink, is_json, note
+from app.domain.sse import events
 
 READ_TIMEOUT = 90.0  # with nothing at all arriving (SSE pings every 15 s by default): reconnect
 MAX_FAILURES = 8  # connection failures in a row before giving up

@@ -61,11 +61,11 @@ def decode_chunk(body: bytes) -> CheckpointChunk:
 class Checkpoints:
     """Ships checkpoints to followers (as leader) and installs them (as follower)."""
 
-    def __init__(self, store: StateStore, machine: StateMachine, transport: Transport | None) -> None:
+    def __init__(self, node_id: int, store: StateStore, machine: StateMachine, transport: Transport | None) -> None:
+        self.node_id = node_id
         self.store = store
         self.machine = machine
         self.transport = transport
-        self.node: RaftNode | None = None
         self._lock = asyncio.Lock()
         self._staging: RocksKV | None = None
         self._receiving: tuple[int, int, int, int] | None = None  # (src, term, index, index_term)
@@ -75,7 +75,7 @@ class Checkpoints:
 
     async def send(self, peer: int, term: int) -> bool:
         """Streams a fresh checkpoint to `peer`; True once the peer has installed it."""
-        assert self.node is not None and self.transport is not None
+        assert self.transport is not None
         kv = self.machine.kv
         assert isinstance(kv, RocksKV)
         path = await blocking.run("checkpoints", self.store.checkpoint, kv, f"to-{peer}")
@@ -89,12 +89,11 @@ class Checkpoints:
             await blocking.run("checkpoints", _discard, checkpoint, path)
 
     async def _chunks(self, kv: RocksKV, term: int, peer: int, index: int, index_term: int) -> AsyncIterator[bytes]:
-        assert self.node is not None
         batches: Iterator[list[Pair]] = export(kv, CHUNK_BYTES)
         seq = 0
         while True:
             pairs = await blocking.run("checkpoints", next, batches, None)
-            chunk = CheckpointChunk(term, self.node.id, peer, index, index_term, seq, pairs is None, pairs or [])
+            chunk = CheckpointChunk(term, self.node_id, peer, index, index_term, seq, pairs is None, pairs or [])
             yield _encoder.encode(chunk)
             if pairs is None:
                 return
@@ -102,15 +101,14 @@ class Checkpoints:
 
     # Follower side
 
-    async def receive(self, chunk: CheckpointChunk) -> bool:
-        """Takes one chunk; False tells the leader to give up this transfer."""
-        assert self.node is not None
+    async def receive(self, node: RaftNode, chunk: CheckpointChunk) -> bool:
+        """Takes one chunk for `node`; False tells the leader to give up this transfer."""
         async with self._lock:
             point = (chunk.src, chunk.term, chunk.index, chunk.index_term)
             if chunk.seq == 0:
                 await self._abort()
-                if not self.node.can_install_checkpoint(chunk.term, chunk.index):
-                    self.node.note_refused(chunk.src, STALE_CHECKPOINT)
+                if not node.can_install_checkpoint(chunk.term, chunk.index):
+                    node.note_refused(chunk.src, STALE_CHECKPOINT)
                     return False
                 self._staging = await blocking.run("checkpoints", self.store.begin_staging)
                 self._receiving, self._next_seq = point, 0
@@ -125,7 +123,7 @@ class Checkpoints:
                 staging.close()
                 return False
             await blocking.run("checkpoints", self.store.complete_staging, staging)
-            installed = await self.node.install_checkpoint(chunk.term, chunk.src, chunk.index, chunk.index_term)
+            installed = await node.install_checkpoint(chunk.term, chunk.src, chunk.index, chunk.index_term)
             if not installed:
                 shutil.rmtree(self.store.staging, ignore_errors=True)
             return installed

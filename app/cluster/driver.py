@@ -24,9 +24,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from app.cluster.driver_types import CheckpointLink, Send, StateMachine, Status, Unsaved
-from app.observability.counters import Histogram
+from app.cluster.log_store import LogStore
+from app.counters.histogram import Histogram
 from app.raft.core import RaftCore
-from app.raft.log_store import LogStore
 from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
 from app.raft.ready import Role
 from app.raft.validate import STALE_TERM
@@ -74,6 +74,7 @@ class RaftNode:
         send: Send | None = None,
         checkpoints: CheckpointLink | None = None,
         on_membership: Callable[[Membership], None] | None = None,
+        on_failure: Callable[[], None] | None = None,
         tick_seconds: float = 0.1,
         seed: int | None = None,
         compact_entries: int | None = None,
@@ -88,7 +89,7 @@ class RaftNode:
         self._send = send
         self.checkpoints = checkpoints
         self.on_membership = on_membership
-        self.on_failure: Callable[[], None] | None = None  # a node whose driver died must not linger
+        self.on_failure = on_failure  # a node whose driver died must not linger
         self._tick_seconds = tick_seconds
         self._compact_entries = compact_entries or COMPACT_EVERY
         self._compact_keep = COMPACT_KEEP if compact_keep is None else compact_keep

@@ -1,7 +1,7 @@
 """Raft messages between nodes: msgpack batches over HTTP, each request signed with the cluster secret.
 
 Each peer has one sender task that drains its queue into requests of about `BATCH_BYTES` (on the raw
-keep-alive client of app/cluster/http1.py; httpx costs too much CPU per message),
+keep-alive client of app/cluster/peer_client.py; httpx costs too much CPU per message),
 so messages produced together travel together over one keep-alive
 connection. Raft tolerates loss, so a full queue drops its oldest messages
 (they are resent on later heartbeats) instead of holding memory, and a peer
@@ -19,7 +19,8 @@ Replies ride back on the response. A sender asks for them (`x-rill-replies: 1`);
 once it has stepped a batch that calls for an answer (entries to append, a vote to give), waits a
 moment (`REPLY_WAIT`) for the messages its node then addresses to the sender (the acknowledgement,
 which follows the sync) and returns them as the response's body, signed as above for `REPLY_PATH`,
-so a reply can never pass as a request. What is not ready in time goes by the node's own sender.
+so a reply can never pass as a request. What is not ready in time, or would take a reply past
+`BATCH_BYTES`, goes by the node's own sender; a sender therefore takes at most `REPLY_CAP` in a reply.
 Under load each peer then costs one request per round instead of two, and a round's wait for the
 follower's sync lets the next batch grow meanwhile.
 """
@@ -43,13 +44,14 @@ from typing import NamedTuple
 import msgspec
 
 from app.cluster import wire
-from app.cluster.http1 import Connection, connect, encode_head, encode_request, header
+from app.cluster.peer_client import Connection, ConnectionClosed, connect, encode_head, encode_request
 from app.domain.errors import ProtocolError
+from app.domain.paths import RAFT_PATH
 from app.raft.messages import AppendEntries, Message, RequestVote
 
 log = logging.getLogger("rill.transport")
 
-PATH = "/_rill/raft"
+PATH = RAFT_PATH
 REPLY_PATH = PATH + "#reply"  # what a reply's signature names
 AUTH_HEADER = "x-rill-signature"
 REPLIES_HEADER = "x-rill-replies"
@@ -61,6 +63,8 @@ BATCH_BYTES = 4 * 1024 * 1024  # a request packs messages up to about this much;
 WINDOW_SECONDS = 5.0  # a signature is accepted this long before and after the receiver's clock
 MAX_REMEMBERED = 500_000  # MACs held for replay detection (8 bytes each plus a set slot: tens of MB at most)
 BODY_SLACK = 8 * 1024 * 1024  # what a request may carry beyond its largest entry or record
+REPLY_CAP = BATCH_BYTES + BODY_SLACK  # replies are held to BATCH_BYTES by estimate (`_size`), this on the wire
+CONNECT_SECONDS = 2.0
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[Message])
@@ -179,6 +183,9 @@ def decode(body: bytes) -> list[Message]:
 
 
 class Transport:
+    """One sender task per peer, started by `start`. With a `verifier` and `deliver`, peers are asked
+    for replies on their responses, checked with `verifier` and handed to `deliver`."""
+
     def __init__(
         self,
         node_id: int,
@@ -186,6 +193,8 @@ class Transport:
         secret: bytes,
         tls: ssl.SSLContext | None = None,
         routes: dict[int, str] | None = None,
+        verifier: Verifier | None = None,
+        deliver: Callable[[Message], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.routes = dict(routes or {})  # peers dialed elsewhere than their member URL (a proxy in between)
@@ -197,13 +206,17 @@ class Transport:
         self._ready: dict[int, asyncio.Event] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._held: dict[int, _Held] = {}  # peers whose request is held open for replies
-        self._verifier: Verifier | None = None
-        self._deliver: Callable[[Message], None] | None = None
+        self._verifier = verifier
+        self._deliver = deliver
+        self._started = False
         self.set_peers(peers)
 
-    def take_replies(self, verifier: Verifier, deliver: Callable[[Message], None]) -> None:
-        """Asks peers for replies on their responses, checked with `verifier` and handed to `deliver`."""
-        self._verifier, self._deliver = verifier, deliver
+    def start(self) -> None:
+        """Starts a sender for each peer (on the running loop); later peers get theirs as they join."""
+        self._started = True
+        for pid in self.peers:
+            if pid not in self._tasks:
+                self._tasks[pid] = asyncio.create_task(self._sender(pid))
 
     def set_peers(self, peers: dict[int, str]) -> None:
         """Follows a membership change: senders for new nodes, none for removed ones."""
@@ -211,13 +224,16 @@ class Transport:
             pid: self.routes.get(pid, url).rstrip("/") for pid, url in peers.items() if pid != self.node_id and url
         }
         for pid in [p for p in self.peers if wanted.get(p) != self.peers[p]]:
-            self._tasks.pop(pid).cancel()
+            task = self._tasks.pop(pid, None)
+            if task is not None:
+                task.cancel()
             del self.peers[pid], self._queues[pid], self._bytes[pid], self._ready[pid]
         for pid, url in wanted.items():
             if pid not in self.peers:
                 self.peers[pid] = url
                 self._queues[pid], self._bytes[pid], self._ready[pid] = deque(), 0, asyncio.Event()
-                self._tasks[pid] = asyncio.create_task(self._sender(pid))
+                if self._started:
+                    self._tasks[pid] = asyncio.create_task(self._sender(pid))
 
     async def send(self, messages: list[Message]) -> None:
         for msg in messages:
@@ -225,7 +241,7 @@ class Transport:
             if queue is None:
                 continue
             held = self._held.get(msg.dst)
-            if held is not None and held.size < BATCH_BYTES:
+            if held is not None and held.size + _size(msg) <= BATCH_BYTES:
                 held.add(msg)
                 continue
             queue.append(msg)
@@ -269,27 +285,26 @@ class Transport:
                     if not reused:
                         if conn is not None:
                             conn.close()
-                        conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
+                        conn = await connect(url, self.tls, CONNECT_SECONDS, REPLY_CAP)
                     assert conn is not None
-                    status, reply = await conn.send_pieces(head, pieces, timeout)
-                    if status == 200 and reply:
-                        self._take_reply(peer, conn.head, reply)
+                    response = await conn.send_pieces(head, pieces, timeout)
+                    if response.status == 200 and response.body:
+                        self._take_reply(peer, response.header(AUTH_HEADER), response.body)
                     break
                 except Exception as exc:  # noqa: BLE001 - whatever went wrong, this sender must live on
                     if conn is not None:
                         conn.close()
                     conn = None
-                    if not reused or isinstance(exc, TimeoutError):
+                    if not reused or not isinstance(exc, ConnectionClosed | OSError):
                         log.debug("raft messages to node %s lost: %r", peer, exc)
                         break
 
-    def _take_reply(self, peer: int, head: bytes, body: bytes) -> None:
+    def _take_reply(self, peer: int, signature: str | None, body: bytes) -> None:
         """Hands the node the messages `peer` replied with, if they are signed by it for this node."""
         if self._verifier is None or self._deliver is None:
             return
-        value = header(head, AUTH_HEADER.encode())
         try:
-            sig = self._verifier.check(value.decode("latin-1") if value else None, REPLY_PATH)
+            sig = self._verifier.check(signature, REPLY_PATH)
         except ProtocolError as exc:
             log.warning("refused a reply from node %s: %s", peer, exc.message)
             return
@@ -330,11 +345,11 @@ class Transport:
         url = base + path
         conn: Connection | None = None
         try:
-            conn = await asyncio.wait_for(connect(url, self.tls), 2.0)
+            conn = await connect(url, self.tls, CONNECT_SECONDS)
             async for body in bodies:
                 headers = {AUTH_HEADER: sign(self.secret, self.node_id, peer, path, body)}
-                status, _ = await asyncio.wait_for(conn.request(encode_request("POST", url, headers, body)), timeout)
-                if status != 204:
+                response = await conn.request(encode_request("POST", url, headers, body), timeout)
+                if response.status != 204:
                     return False
             return True
         except Exception as exc:  # noqa: BLE001 - a failed stream is retried by the caller

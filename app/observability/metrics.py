@@ -1,7 +1,7 @@
 """`/metrics`: the node's state and counters in Prometheus's text format, built when scraped.
 
 Nothing is registered with prometheus_client's global registry and nothing on the request path
-calls it: one collector reads the plain counters (app/observability/counters.py) and the node's
+calls it: one collector reads the plain counters (app/counters/) and the node's
 Raft, tiering and cache state at scrape time.
 """
 
@@ -14,9 +14,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from app.cluster.driver import RaftNode
-from app.node import Engine
-from app.observability.counters import Histogram, RequestCounters
+from app.counters.counts import RequestCounters
+from app.counters.histogram import Histogram
 from app.raft.ready import Role
+from app.service.engine import Engine
 from app.tiering.cache import SegmentCache
 from app.tiering.worker import TieringWorker
 

@@ -17,14 +17,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.cluster.routes import check_admin
 from app.cluster.transport import AUTH_HEADER, sign
 from app.domain.errors import ProtocolError
-from app.node import Engine
 from app.protocol.errors import render_error
 from app.protocol.http import to_response
 from app.raft.ready import Role
+from app.routes.cluster import check_admin
 from app.security.scopes import ANY_BUCKET, Action
+from app.service.engine import Engine
 from app.tiering.worker import TieringWorker
 
 # The classic text format, which generate_latest writes and every Prometheus version reads.

@@ -12,11 +12,13 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.observability.counters import RequestCounters
+from app.counters.counts import RequestCounters
+from app.domain.paths import BUCKET_LIST, COMPAT_PREFIX, INTERNAL_PREFIX, LEGACY_PREFIX, RAFT_PATH
 
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"))
 _FAMILIES = (
-    ("/ds", "ds"), ("/streams/", "legacy"), ("/v1/stream/", "compat"), ("/_rill/raft", "raft"), ("/_rill/", "cluster"),
+    (BUCKET_LIST, "ds"), (LEGACY_PREFIX, "legacy"), (COMPAT_PREFIX, "compat"), (RAFT_PATH, "raft"),
+    (INTERNAL_PREFIX, "cluster"),
 )  # fmt: skip
 
 

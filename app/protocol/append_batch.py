@@ -13,11 +13,11 @@ import msgspec
 from app.domain.errors import ProtocolError, bad_request
 from app.domain.media import media_type
 from app.domain.offsets import format_offset
-from app.node import Engine
 from app.protocol.bodies import json_record, read_body
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.state_machine.commands import AppendBatch, Code, Outcome
 
 MAX_FRAMES = 1000

@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 
 from app.domain.errors import bad_request
-from app.node import Engine
 from app.protocol.bodies import read_body
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.state_machine.commands import SetAttrs
 
 MAX_ATTRS_BYTES = 16 * 1024

@@ -8,9 +8,9 @@ import codecs
 import msgspec
 
 from app.domain.errors import ProtocolError, bad_request
-from app.node import BodyBudget
 from app.protocol.headers import parse_uint
 from app.protocol.http import Call
+from app.service.budget import BodyBudget
 
 _raw = msgspec.json.Decoder(msgspec.Raw)
 # Bodies this large are read into one buffer of the declared length instead of joined pieces.

@@ -10,11 +10,11 @@ import secrets
 
 from app.domain.errors import bad_request
 from app.domain.offsets import format_offset
-from app.node import Engine
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE
 from app.protocol.stream_snapshots import blob, digest_header
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.state_machine.reader import split_json_record
 
 
@@ -25,7 +25,7 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     headers = {"cache-control": NO_STORE}
     snapshot = None
     if meta.latest_snapshot is not None:
-        snapshot = engine.machine.snapshot_at(meta.sid, meta.latest_snapshot)
+        snapshot = engine.snapshot_at(meta.sid, meta.latest_snapshot)
     if snapshot is not None and meta.latest_snapshot is not None:
         first = (snapshot.content_type, await blob(engine, snapshot))
         pos = meta.latest_snapshot

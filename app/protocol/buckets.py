@@ -15,12 +15,12 @@ from starlette.types import Send
 
 from app.domain.errors import bad_request, missing_bucket
 from app.domain.offsets import format_offset
-from app.node import Engine
 from app.protocol.errors import answer, error_reply
 from app.protocol.headers import format_expires_at, parse_uint, single_query
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.retention import parse_retention
+from app.service.engine import Engine
 from app.state_machine.commands import Code, CreateBucket, DeleteBucket
 from app.state_machine.table import BUILTIN_BUCKETS
 
@@ -51,7 +51,7 @@ async def _list(engine: Engine, call: Call, visible: Callable[[str], bool]) -> R
         return error_reply(405, "method_not_allowed", "the bucket listing is read-only", {"allow": READ_ONLY})
     prefix, after, limit = _page(call)
     await engine.read_barrier()
-    created = engine.machine.buckets
+    created = engine.buckets()
     names = sorted(n for n in created if n.startswith(prefix) and n > after and visible(n))
     page = names[:limit]
     body = {
@@ -96,14 +96,14 @@ async def _dispatch(engine: Engine, call: Call, bucket: str) -> Reply:
 
 
 def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
-    created = engine.machine.buckets.get(bucket)
+    created = engine.buckets().get(bucket)
     if created is None:
         raise missing_bucket(bucket)
     prefix, after, limit = _page(call)
     now = engine.now_ms()
     streams: list[dict[str, object]] = []
     has_more = False
-    for meta in engine.machine.bucket_streams(bucket, prefix, after):
+    for meta in engine.bucket_streams(bucket, prefix, after):
         if meta.deleted or meta.expired(now, engine.touched(meta.sid)):
             continue
         if len(streams) == limit:

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from starlette.types import Send
 
-from app.node import Engine
 from app.protocol import append_batch, attrs, bootstrap, records, retention, stream_snapshots
 from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply
 from app.protocol.target import SUBROUTES, StreamTarget
+from app.service.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,15 @@ at most that much plus one event (a read chunk) of memory.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from enum import Enum
 from typing import Any, Protocol
 
 from starlette.types import Send
 
-from app.node import Engine
 from app.protocol.cursor import next_cursor
 from app.protocol.reads import render_body
 from app.protocol.sse_events import PING, control_event, data_event, frame, is_binary
+from app.service.engine import Engine
 from app.state_machine.reader import ColdMiss
 from app.state_machine.records import StreamMeta
 
@@ -126,6 +125,8 @@ Feed = dict[int, list[Subscriber]]  # position -> the subscribers waiting there
 
 
 class Fanout:
+    """Every stream's feed on one node: made once, with the node's routes (app/routes/__init__.py)."""
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.feeds: dict[int, Feed] = {}  # sid -> its feed
@@ -170,7 +171,7 @@ class Fanout:
 
     def _advance(self, sid: int, feed: Feed) -> None:
         engine = self.engine
-        meta = engine.machine.streams.get(sid)
+        meta = engine.stream(sid)
         now = engine.now_ms()
         if meta is None or meta.deleted or meta.expired(now, engine.touched(sid)):
             for subs in feed.values():
@@ -204,7 +205,7 @@ class Fanout:
                     _release(sub, Release.ENDED)
                 return
             try:
-                chunk = engine.machine.read(meta, pos, engine.limits.read_chunk_bytes)
+                chunk = engine.read_local(meta, pos)
             except (LookupError, ColdMiss):
                 chunk = None  # evicted to the object store: fetching it is each reader's own business
             if chunk is None or not chunk.payloads:
@@ -268,13 +269,3 @@ def _write(sub: Subscriber, framed: bytes, event: bytes, limit: int) -> bool:
 def _release(sub: Subscriber, why: Release) -> None:
     if not sub.done.done():
         sub.done.set_result(why)
-
-
-_hubs: weakref.WeakKeyDictionary[Engine, Fanout] = weakref.WeakKeyDictionary()
-
-
-def fanout_for(engine: Engine) -> Fanout:
-    hub = _hubs.get(engine)
-    if hub is None:
-        hub = _hubs[engine] = Fanout(engine)
-    return hub

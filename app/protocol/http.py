@@ -17,7 +17,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.domain.headers import SECURITY_HEADERS
 
 if TYPE_CHECKING:
-    from app.node import Engine
+    from app.service.engine import Engine
 
 
 @dataclass(slots=True)

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from app.domain.errors import ProtocolError, bad_request
 from app.domain.offsets import format_offset, parse_offset
-from app.node import Engine
 from app.protocol.cursor import next_cursor
 from app.protocol.headers import single_query
 from app.protocol.http import Call, Reply
 from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, etag, metadata_headers, trimmed
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.state_machine.reader import Chunk
 from app.state_machine.records import StreamMeta
 
@@ -58,7 +58,7 @@ def start_position(meta: StreamMeta, offset: str | None) -> int:
 
 def checked_position(engine: Engine, meta: StreamMeta, offset: str | None) -> int:
     pos = start_position(meta, offset)
-    if meta.json and not engine.machine.is_boundary(meta, pos):
+    if meta.json and not engine.is_boundary(meta, pos):
         raise bad_request("offset is not a message boundary", "invalid_offset")
     return pos
 

@@ -15,12 +15,12 @@ from urllib.parse import quote
 
 from app.domain.errors import ProtocolError, bad_request
 from app.domain.offsets import format_offset
-from app.node import Engine
 from app.protocol.headers import parse_uint, single_query
 from app.protocol.http import Call, Reply
 from app.protocol.reads import start_position
 from app.protocol.responses import NO_STORE
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.state_machine import records as r
 from app.tiering.segment import Record, arrow_stream
 
@@ -39,9 +39,9 @@ async def get_records(engine: Engine, call: Call, target: StreamTarget) -> Reply
     most = parse_uint(limit) if limit is not None else 0
     if most is None or (limit is not None and not 1 <= most <= MAX_LIMIT):
         raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}", "invalid_limit")
-    found = engine.machine.local_records(meta, pos, engine.limits.read_chunk_bytes, most)
+    found = engine.local_records(meta, pos, most)
     if found is None:
-        holder, upto = engine.machine.evicted_span(meta, pos)
+        holder, upto = engine.evicted_span(meta, pos)
         headers = {"stream-tiered-offset": format_offset(upto)}
         if holder is not meta:  # a fork's inherited records: in its source's segments
             headers["stream-tiered-stream"] = quote(holder.name, safe="/")

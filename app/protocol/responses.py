@@ -36,7 +36,7 @@ _ERRORS: dict[Code, tuple[int, str]] = {
 }
 
 # Error codes a client sees where they differ from the outcome's name: a missing (or deleted but
-# forked) stream answers the same code whichever method found it so, as reads do (app/node.py).
+# forked) stream answers the same code whichever method found it so, as reads do (app/service/engine.py).
 _CODES = {Code.NOT_FOUND: "stream_not_found", Code.GONE: "stream_gone"}
 
 CACHE_PUBLIC = "public, max-age=60, stale-while-revalidate=300"

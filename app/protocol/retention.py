@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from app.domain.errors import bad_request
 from app.domain.offsets import format_offset, parse_position
-from app.node import Engine
 from app.protocol.headers import parse_uint
 from app.protocol.http import Reply
 from app.protocol.responses import raise_for
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.state_machine.commands import Retain
 
 

@@ -17,18 +17,18 @@ from starlette.types import Receive, Send
 
 from app.domain.errors import ProtocolError
 from app.domain.headers import SECURITY_HEADERS
-from app.node import Engine
 from app.protocol.cursor import next_cursor
-from app.protocol.fanout import DirectSink, QueueSink, Release, Subscriber, fanout_for
+from app.protocol.fanout import DirectSink, Fanout, QueueSink, Release, Subscriber
 from app.protocol.headers import parse_uint
 from app.protocol.http import Call
 from app.protocol.reads import ReadRequest, checked_position, live_seconds, render_body
 from app.protocol.sse_events import control_event, data_event, is_binary
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.serving.cycle import EXTENSION as CHUNKS_EXTENSION  # direct writes to the connection
 
 
-async def serve(engine: Engine, call: Call, target: StreamTarget, read: ReadRequest, send: Send) -> None:
+async def serve(engine: Engine, hub: Fanout, call: Call, target: StreamTarget, read: ReadRequest, send: Send) -> None:
     """Answers an SSE read. Errors before the response starts raise ProtocolError for the caller."""
     meta = await engine.find_latest(target.bucket, target.name)
     pos = checked_position(engine, meta, read.offset)
@@ -45,7 +45,7 @@ async def serve(engine: Engine, call: Call, target: StreamTarget, read: ReadRequ
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     disconnect = asyncio.ensure_future(_disconnected(call.receive))
     try:
-        await _stream(engine, call, target, read, pos, binary, send, disconnect)
+        await _stream(engine, hub, call, target, read, pos, binary, send, disconnect)
     finally:
         disconnect.cancel()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -53,6 +53,7 @@ async def serve(engine: Engine, call: Call, target: StreamTarget, read: ReadRequ
 
 async def _stream(
     engine: Engine,
+    hub: Fanout,
     call: Call,
     target: StreamTarget,
     read: ReadRequest,
@@ -94,7 +95,9 @@ async def _stream(
             await _send(send, control_event(pos, _cursor(engine, read), True, False))
             announced = True
             continue  # the stream may have changed while we were suspended
-        released, pos = await _follow(engine, call, meta.sid, pos, parse_uint(read.cursor), send, disconnect, deadline)
+        released, pos = await _follow(
+            engine, hub, call, meta.sid, pos, parse_uint(read.cursor), send, disconnect, deadline
+        )
         if released is None or released is Release.CATCH_UP:
             continue
         return
@@ -102,6 +105,7 @@ async def _stream(
 
 async def _follow(
     engine: Engine,
+    hub: Fanout,
     call: Call,
     sid: int,
     pos: int,
@@ -115,8 +119,8 @@ async def _follow(
     writer = call.scope.get("extensions", {}).get(CHUNKS_EXTENSION)
     queue = None if writer is not None and writer.ready else QueueSink()
     sub = Subscriber(pos, cursor, queue if queue is not None else DirectSink(writer))
-    hub = fanout_for(engine)
-    meta = engine.machine.streams[sid]
+    meta = engine.stream(sid)
+    assert meta is not None  # no await since the read that found it
     hub.join(meta, sub)  # no await since the read that found us at the tail: no apply slipped by
     pump = asyncio.ensure_future(queue.pump(send)) if queue is not None else None
     try:

@@ -12,12 +12,12 @@ from urllib.parse import quote
 from app.domain.errors import ProtocolError
 from app.domain.media import DEFAULT_CONTENT_TYPE
 from app.domain.offsets import format_offset, parse_position
-from app.node import Engine
 from app.protocol.bodies import read_body
 from app.protocol.http import Call, Reply
 from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import StreamTarget
 from app.runtime import blocking
+from app.service.engine import Engine
 from app.state_machine.commands import Code, DeleteSnapshot, PublishSnapshot
 from app.state_machine.records import PublishedSnapshot, StreamMeta
 from app.tiering.segment import stream_dir
@@ -106,10 +106,10 @@ async def fetch(engine: Engine, target: StreamTarget, token: str) -> Reply:
 
 async def _find_snapshot(engine: Engine, target: StreamTarget, pos: int) -> tuple[StreamMeta, PublishedSnapshot]:
     meta = engine.find(target.bucket, target.name)
-    snapshot = engine.machine.snapshot_at(meta.sid, pos)
+    snapshot = engine.snapshot_at(meta.sid, pos)
     if snapshot is None:  # perhaps published but not applied here yet
         meta = await engine.find_latest(target.bucket, target.name)
-        snapshot = engine.machine.snapshot_at(meta.sid, pos)
+        snapshot = engine.snapshot_at(meta.sid, pos)
     if snapshot is None:
         raise ProtocolError(404, Code.SNAPSHOT_NOT_FOUND.value, "no snapshot at this offset")
     return meta, snapshot

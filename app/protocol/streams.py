@@ -5,22 +5,24 @@ from __future__ import annotations
 from starlette.types import Send
 
 from app.domain.errors import ProtocolError
-from app.node import Engine
 from app.protocol import reads, sse, writes
 from app.protocol.errors import error_reply, render_error
+from app.protocol.fanout import Fanout
 from app.protocol.http import Call, Reply, send_reply
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 
 ALLOWED = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 
 
-async def serve_stream(engine: Engine, call: Call, target: StreamTarget, send: Send) -> None:
+async def serve_stream(engine: Engine, hub: Fanout, call: Call, target: StreamTarget, send: Send) -> None:
+    """`hub` serves the SSE readers that reach the tail."""
     method = call.method
     try:
         if method == "GET":
             read = reads.parse_read(call)
             if read.live == "sse":
-                await sse.serve(engine, call, target, read, send)
+                await sse.serve(engine, hub, call, target, read, send)
                 return
             reply = await reads.get(engine, call, target, read)
         else:

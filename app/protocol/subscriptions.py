@@ -23,7 +23,6 @@ from starlette.types import Send
 
 from app.domain.errors import ProtocolError, bad_request
 from app.domain.offsets import format_offset, parse_position
-from app.node import Engine
 from app.protocol.bodies import read_body
 from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply, absolute_url
@@ -31,6 +30,7 @@ from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import ControlTarget, validate_stream_id
 from app.runtime import blocking
 from app.security.authenticator import unauthorized
+from app.service.engine import Engine
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Claim, Code, DeleteSubscription, LinkStreams, Outcome, PutSubscription
@@ -132,7 +132,7 @@ async def _dispatch(engine: Engine, call: Call, t: ControlTarget) -> Reply:
             assert t.arg is not None
             add, remove = [], [t.arg]
         link = LinkStreams(t.bucket, t.root, t.sub_id, add, remove)
-        await _refuse_early(engine, lambda: rules.link_refusal(engine.machine.table, link))
+        await _refuse_early(engine, lambda: rules.link_refusal(engine.table, link))
         _raise(await engine.submit(link))
         return Reply(204)
     if t.kind == "claim":
@@ -153,7 +153,7 @@ async def _refuse_early(engine: Engine, refusal: Callable[[], Outcome | None]) -
 
 def _find(engine: Engine, t: ControlTarget) -> r.Subscription | None:
     assert t.sub_id is not None
-    return rules.find(engine.machine.table, t.bucket, t.root, t.sub_id)
+    return rules.find(engine.table, t.bucket, t.root, t.sub_id)
 
 
 def _parse(model: type[Any], raw: bytes) -> Any:
@@ -185,7 +185,7 @@ def _raise(outcome: Outcome) -> None:
 
 def _found(engine: Engine, t: ControlTarget) -> r.Subscription:
     assert t.sub_id is not None
-    sub = rules.find(engine.machine.table, t.bucket, t.root, t.sub_id)
+    sub = rules.find(engine.table, t.bucket, t.root, t.sub_id)
     if sub is None:
         raise ProtocolError(404, "SUBSCRIPTION_NOT_FOUND", "no such subscription")
     return sub
@@ -218,7 +218,7 @@ async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
         root_url(call, engine),
     )  # fmt: skip
     await engine.read_barrier()
-    table = engine.machine.table
+    table = engine.table
     outcome = rules.existing_put(table, command) or rules.put_refusal(table, command)
     if outcome is None:
         if url is not None:
@@ -239,7 +239,7 @@ def root_url(call: Call, engine: Engine) -> str:
 
 
 def streams_view(engine: Engine, sub: r.Subscription) -> list[dict[str, Any]]:
-    table = engine.machine.table
+    table = engine.table
     out = []
     for path, kind in sorted(rules.linked(table, sub).items()):
         sid = table.names.get((sub.bucket, rules.stream_name(sub, path)))
@@ -278,7 +278,7 @@ def _view_reply(engine: Engine, call: Call, t: ControlTarget, sub: r.Subscriptio
 async def _consumer_groups(engine: Engine, t: ControlTarget) -> Reply:
     """`{stream}/__ds/subscriptions`: every subscription the stream belongs to, with its lag."""
     meta = await engine.find_latest(t.bucket, t.root)
-    table = engine.machine.table
+    table = engine.table
     groups = []
     for key in sorted(table.coverage.covering(meta)):
         raw = table.get(r.SUBSCRIPTIONS, key)
@@ -303,10 +303,10 @@ async def _claim(engine: Engine, call: Call, t: ControlTarget) -> Reply:
     body = _parse(ClaimBody, await read_body(call, MAX_BODY))
     token = engine.webhooks.leases.issue(t.bucket, t.root, t.sub_id)
     claim = Claim(t.bucket, t.root, t.sub_id, body.worker, "w_" + secrets.token_hex(8), token_digest(token))
-    outcome = rules.claim_refusal(engine.machine.table, claim, engine.now_ms())
+    outcome = rules.claim_refusal(engine.table, claim, engine.now_ms())
     if outcome is not None:  # confirmed after a read barrier (a new leader may lag what it committed)
         await engine.read_barrier()
-        outcome = rules.claim_refusal(engine.machine.table, claim, engine.now_ms())
+        outcome = rules.claim_refusal(engine.table, claim, engine.now_ms())
     if outcome is None:
         outcome = await engine.submit(claim)
     if outcome.code is Code.ALREADY_CLAIMED and outcome.subscription is not None:
@@ -337,8 +337,8 @@ async def _ack(engine: Engine, call: Call, t: ControlTarget) -> Reply:
         acks.append((item.stream, parse_position(item.offset)))
     done = body.done or t.kind == "release"
     command = Ack(t.bucket, t.root, t.sub_id, body.wake_id, body.generation, token_digest(token.strip()), acks, done)
-    table = engine.machine.table
-    await _refuse_early(engine, lambda: rules.ack_refusal(engine.machine.table, command, engine.now_ms()))
+    table = engine.table
+    await _refuse_early(engine, lambda: rules.ack_refusal(engine.table, command, engine.now_ms()))
     if rules.ack_changes(table, command, engine.now_ms()):
         outcome = await engine.submit(command)
         _raise(outcome)
@@ -347,5 +347,5 @@ async def _ack(engine: Engine, call: Call, t: ControlTarget) -> Reply:
         sub = _find(engine, t)
     if t.kind == "release":
         return Reply(204)
-    next_wake = sub is not None and bool(rules.pending(engine.machine.table, sub))
+    next_wake = sub is not None and bool(rules.pending(engine.table, sub))
     return Reply(200, _JSON, _json.encode({"ok": True, "next_wake": next_wake}))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from app.domain.errors import bad_request, missing_bucket
 from app.domain.media import DEFAULT_CONTENT_TYPE, JSON, media_type
 from app.domain.offsets import parse_position
-from app.node import Engine
 from app.protocol.attrs import parse_attrs
 from app.protocol.bodies import Body, json_record, read_buffer
 from app.protocol.headers import (
@@ -20,6 +19,7 @@ from app.protocol.http import Call, Reply, absolute_url
 from app.protocol.responses import raise_for, write_headers
 from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
+from app.service.engine import Engine
 from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
 from app.state_machine.reader import MAX_JSON_SUB_OFFSET
 from app.tiering.keys import check_storable
@@ -31,13 +31,13 @@ def _require_bucket(engine: Engine, target: StreamTarget) -> None:
 
 
 def _touched(engine: Engine, target: StreamTarget) -> int:
-    meta = engine.machine.lookup(target.bucket, target.name)
+    meta = engine.lookup(target.bucket, target.name)
     return engine.touched(meta.sid) if meta else 0
 
 
 async def _evicted_record(engine: Engine, target: StreamTarget, source: str | None, pos: int | None) -> bytes | None:
     """The fork point's record, fetched from the object store when it is no longer on local disk."""
-    meta = engine.machine.lookup(target.bucket, source) if source is not None else None
+    meta = engine.lookup(target.bucket, source) if source is not None else None
     if meta is None:
         return None
     return await engine.evicted_record(meta, meta.tail if pos is None else pos)
@@ -65,7 +65,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     _require_bucket(engine, target)
     check_storable(engine.store, target.bucket, target.name)
     if fork_name is not None and content_type is None:
-        source = engine.machine.lookup(target.bucket, fork_name)
+        source = engine.lookup(target.bucket, fork_name)
         is_json = source is not None and source.json
     else:
         is_json = media_type(content_type or DEFAULT_CONTENT_TYPE) == JSON
@@ -98,7 +98,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     del body  # as in `append`: the entry holds the bytes once submitted
     outcome = await engine.submit(command)
     raise_for(outcome)
-    meta = engine.machine.streams.get(outcome.sid)
+    meta = engine.stream(outcome.sid)
     headers = write_headers(outcome)
     headers["content-type"] = meta.content_type if meta else content_type or DEFAULT_CONTENT_TYPE
     if outcome.code is Code.CREATED:

@@ -8,35 +8,9 @@ into the core only through its attributes.
 
 from __future__ import annotations
 
-from typing import Protocol
-
+from app.raft.core_state import CoreState
 from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, ReadIndex, ReadIndexResponse, TimeoutNow
-from app.raft.progress import ProgressTracker
-from app.raft.raft_log import RaftLog
-from app.raft.read_only import ReadOnly
 from app.raft.ready import Role
-
-
-class CoreState(Protocol):
-    """What these functions read and write of the Raft core (app/raft/core.py satisfies it), so
-    this module does not import the core that imports it."""
-
-    id: int
-    term: int
-    commit: int
-    role: Role
-    clock: int
-    election_ticks: int
-    commit_alone: bool
-    transferee: int
-    transfer_elapsed: int
-    tracker: ProgressTracker
-    log: RaftLog
-    read_only: ReadOnly
-    outbox: list[Message]
-    checkpoint_requests: list[int]
-    read_states: list[tuple[int, int]]
-
 
 MAX_ENTRIES_PER_MESSAGE = 256
 MAX_BYTES_PER_MESSAGE = 4 << 20  # entries' data per AppendEntries; one bigger entry goes alone

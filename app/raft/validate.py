@@ -9,10 +9,9 @@ driver logs and counts it, and the node keeps running.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import msgspec
 
+from app.raft.core_state import CoreState
 from app.raft.messages import (
     MEMBERSHIP,
     NORMAL,
@@ -23,9 +22,6 @@ from app.raft.messages import (
     decode_membership,
 )
 from app.raft.ready import Role
-
-if TYPE_CHECKING:
-    from app.raft.core import RaftCore
 
 # Why a message was refused: the label /metrics counts it under.
 NEGATIVE = "negative_number"
@@ -39,7 +35,7 @@ STALE_TERM = "stale_term"  # answered as Raft says (a refusal), and counted
 STALE_CHECKPOINT = "stale_checkpoint"  # counted by the driver: checkpoints do not pass through the core
 
 
-def refusal(core: RaftCore, msg: Message) -> str | None:
+def refusal(core: CoreState, msg: Message) -> str | None:
     """Why `msg` must be refused, or None. Costs at most one look per entry the message carries."""
     if msg.dst != core.id or msg.src == core.id:
         return MISADDRESSED
@@ -54,7 +50,7 @@ def refusal(core: RaftCore, msg: Message) -> str | None:
     return None
 
 
-def _append_refusal(core: RaftCore, msg: AppendEntries) -> str | None:
+def _append_refusal(core: CoreState, msg: AppendEntries) -> str | None:
     if msg.prev_term > msg.term:
         return ENTRY_TERM_AHEAD
     previous = msg.prev_term

@@ -15,19 +15,22 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
-from app.node import Engine
+from app.domain.paths import BUCKET_LIST, DS_PREFIX
 from app.protocol.buckets import serve_bucket, serve_bucket_list
 from app.protocol.errors import error_reply, render_error
 from app.protocol.extensions import Extension, serve_extension
+from app.protocol.fanout import Fanout
 from app.protocol.http import Call, send_reply, with_security_headers
+from app.protocol.leader import leader_redirect
 from app.protocol.streams import serve_stream
 from app.protocol.subscriptions import LEASE_AUTHORIZED, serve_control
 from app.protocol.target import ControlTarget, StreamTarget, decode_path
 from app.routes import compat, ds, legacy
-from app.routes.forward import Forwarder, leader_redirect
+from app.routes.forward import Forwarder
 from app.security.authenticator import Authenticator, unauthorized
 from app.security.policy import action_for, authorize
 from app.security.scopes import Action
+from app.service.engine import Engine
 from app.state_machine.table import BUILTIN_BUCKETS
 
 log = logging.getLogger("rill.http")
@@ -37,32 +40,25 @@ _WRITES = ("PUT", "POST", "DELETE")
 
 
 _BUILTIN = (compat.family, legacy.family)
-_PREFIXES = (ds.PREFIX, compat.family.prefix, legacy.family.prefix)
-_BUCKET_LIST = ("/ds", "/ds/")
+_PREFIXES = (DS_PREFIX, compat.family.prefix, legacy.family.prefix)
+_BUCKET_LIST = (BUCKET_LIST, DS_PREFIX)
 
 
 class StreamRoutes:
-    def __init__(self, fallback: Starlette, auth: Authenticator) -> None:
-        self.fallback = fallback
+    """The stream paths of every family; anything else goes to `fallback` (Starlette's router)."""
+
+    def __init__(self, engine: Engine, auth: Authenticator, forwarder: Forwarder, fallback: Starlette) -> None:
+        self.engine = engine
         self.auth = auth
-        self.forwarder = Forwarder()
-        self._engine: Engine | None = None
-
-    def bind(self, engine: Engine) -> None:
-        """Called at startup with the node's engine (each start of the app makes a new one)."""
-        self._engine = engine
-
-    @property
-    def engine(self) -> Engine:
-        if self._engine is None:
-            raise RuntimeError("the app has not started: no engine yet")
-        return self._engine
+        self.forwarder = forwarder
+        self.fallback = fallback
+        self.fanout = Fanout(engine)  # the live SSE readers at each stream's tail
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.fallback(scope, receive, send)
             return
-        if not scope["path"].startswith(_PREFIXES) and scope["path"] != "/ds":
+        if not scope["path"].startswith(_PREFIXES) and scope["path"] != BUCKET_LIST:
             await self.fallback(scope, receive, with_security_headers(send))
             return
         call = Call.from_scope(scope, receive)
@@ -110,7 +106,7 @@ class StreamRoutes:
             elif isinstance(target, Extension):
                 await serve_extension(engine, call, target, send)
             else:
-                await serve_stream(engine, call, target, send)
+                await serve_stream(engine, self.fanout, call, target, send)
         except LeaderOnly:
             await send_reply(send, leader_redirect(engine.leader_url(), scope), head_only=head_only)
 
@@ -171,7 +167,7 @@ def _raw_target(raw: bytes, path: str) -> StreamTarget | Extension | ControlTarg
 
 def _path_target(path: str) -> StreamTarget | Extension | ControlTarget | str:
     """What a stream path names: a stream, a /ds sub-resource, or (a /ds bucket) the bucket's id."""
-    if path.startswith(ds.PREFIX):
+    if path.startswith(DS_PREFIX):
         return ds.target(path)
     family = next(f for f in _BUILTIN if path.startswith(f.prefix))
     return family.target(path)

@@ -25,12 +25,13 @@ from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, Ra
 from app.cluster.transport import AUTH_HEADER, REPLIES_HEADER, Signature, Transport, Verifier, message_cap
 from app.cluster.transport import decode as decode_messages
 from app.domain.errors import ProtocolError
-from app.node import Engine, Limits
 from app.protocol.errors import error_reply, render_error
 from app.protocol.http import Call, Reply, send_reply, to_response
+from app.protocol.leader import leader_redirect
 from app.raft.messages import Membership
-from app.routes.forward import leader_redirect
 from app.security.policy import require_admin
+from app.service.engine import Engine
+from app.service.limits import Limits
 
 CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up before promotion
 
@@ -142,7 +143,7 @@ async def checkpoint_chunk(request: Request) -> Response:
         return _error(400, "bad_request", "undecodable checkpoint chunk")
     if chunk.src != sig.src or chunk.dst != request.app.state.engine.node.id:
         return _error(400, "bad_request", "the chunk's sender or recipient is not the signature's")
-    if await request.app.state.checkpoints.receive(chunk):
+    if await request.app.state.checkpoints.receive(request.app.state.engine.node, chunk):
         return Response(status_code=204)
     return _error(409, "snapshot_refused", "this transfer is stale or out of order")
 

@@ -1,31 +1,30 @@
 """Proxying a write from a follower to the leader (`--forward-writes`), for clients that cannot
 re-send a body on a 307 (Node's fetch cannot, for binary bodies).
 
-Requests go over the raw keep-alive client of app/cluster/http1.py (httpx costs about a millisecond
-of CPU per request, which a follower forwarding every write cannot spare), one request at a time
-per connection, with idle connections kept for reuse.
+Requests go over the raw keep-alive client of app/cluster/peer_client.py (httpx costs about a
+millisecond of CPU per request, which a follower forwarding every write cannot spare), one request at
+a time per connection, with idle connections kept for reuse. A leader that does not answer in time,
+answers past the client's size cap or not in HTTP gets the client a retryable 503.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import time
 
-from starlette.types import Scope
-
-from app.cluster.http1 import Connection, connect, encode_request, parse_headers
-from app.domain.errors import error_body
-from app.node import BodyBudget
+from app.cluster.peer_client import Connection, connect, encode_request
 from app.protocol.bodies import read_body
 from app.protocol.errors import error_reply
 from app.protocol.http import Call, Reply
+from app.protocol.leader import leader_target
+from app.service.budget import BodyBudget
 
 # Set per hop, or by send_reply for every response: never copied across.
 _HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer"}
 _OURS = _HOP | {"date", "server", "x-content-type-options", "cross-origin-resource-policy"}
 IDLE_SECONDS = 4.0  # under uvicorn's 5 s keep-alive timeout, so a reused connection is still open
 TIMEOUT_SECONDS = 30.0
+CONNECT_SECONDS = 2.0
 
 
 class Forwarder:
@@ -52,19 +51,16 @@ class Forwarder:
         conn = self._take(leader)
         try:
             if conn is None:
-                conn = await asyncio.wait_for(connect(leader, self.tls), 2.0)
-            status, content = await asyncio.wait_for(conn.request(raw), timeout)
+                conn = await connect(leader, self.tls, CONNECT_SECONDS)
+            response = await conn.request(raw, timeout)
         except Exception:  # noqa: BLE001 - whatever failed, the client gets a retryable answer
             if conn is not None:
                 conn.close()
             return error_reply(503, "leader_unreachable", "the leader did not answer; retry", {"retry-after": "1"})
-        pairs = parse_headers(conn.raw_head)
-        if ("connection", "close") in pairs:
-            conn.close()
-        else:
+        if conn.is_open:  # the client closes one the leader answered with `Connection: close`
             self._idle.setdefault(leader, []).append((time.monotonic(), conn))
-        kept = {k: v for k, v in pairs if k not in _OURS}
-        return Reply(status, kept, content)
+        kept = {k: v for k, v in response.headers if k not in _OURS}
+        return Reply(response.status, kept, response.body)
 
     def _take(self, leader: str) -> Connection | None:
         idle = self._idle.get(leader, [])
@@ -81,18 +77,3 @@ class Forwarder:
             for _, conn in idle:
                 conn.close()
         self._idle.clear()
-
-
-def leader_redirect(leader: str | None, scope: Scope) -> Reply:
-    """307 to the same request on the leader, or 503 while no leader is known."""
-    if leader is None:
-        return error_reply(503, "no_leader", "no leader is known yet; retry shortly", {"retry-after": "1"})
-    body = error_body("not_leader", "this node does not lead the cluster; follow the redirect")
-    return Reply(307, {"location": leader_target(leader, scope), "content-type": "application/json"}, body)
-
-
-def leader_target(leader: str, scope: Scope) -> str:
-    """The same path and query on the leader, as the client sent them."""
-    query = scope.get("query_string", b"")
-    path = scope.get("raw_path", b"").decode("latin-1")
-    return leader + path + ("?" + query.decode("latin-1") if query else "")

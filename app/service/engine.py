@@ -1,4 +1,4 @@
-"""The node's service layer: submit commands through Raft, look up and read streams, renew TTLs.
+"""The Engine: submit commands through Raft, look up and read streams, renew TTLs.
 
 Every route family, the cluster routes and the tiering worker go through an `Engine`; none of
 them drives the Raft node or the state machine directly. Time comes from an injected clock.
@@ -9,16 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, Protocol, cast
 
 from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
+from app.counters.counts import WriteCounters
 from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
-from app.observability.counters import WriteCounters
 from app.raft.messages import Membership
 from app.security.quotas import Quotas
+from app.service.budget import BodyBudget
+from app.service.clock import Clock, wall_clock_ms
+from app.service.limits import Limits
+from app.service.signals import Signals
 from app.state_machine.commands import (
     Append,
     AppendBatch,
@@ -36,9 +38,11 @@ from app.state_machine.commands import (
 )
 from app.state_machine.machine import StateMachine
 from app.state_machine.reader import Chunk, ColdMiss, ColdSource
-from app.state_machine.records import SegmentInfo, StreamMeta
+from app.state_machine.records import PublishedSnapshot, SegmentInfo, StreamMeta
+from app.state_machine.table import StreamTable
 from app.storage.disk import DiskGuard
 from app.subscriptions.settings import WebhookSettings
+from app.subscriptions.trouble import DeliveryTrouble
 from app.tiering.store import ObjectStore, StoreUnavailable
 
 log = logging.getLogger("rill.engine")
@@ -56,43 +60,6 @@ class ColdCache(ColdSource, Protocol):
     def prefetch(self, segment: SegmentInfo) -> None: ...
 
 
-@dataclass
-class Limits:
-    max_body_bytes: int = 64 * 1024 * 1024
-    read_chunk_bytes: int = 1024 * 1024
-    long_poll_seconds: float = 20.0
-    sse_max_seconds: float = 60.0
-    sse_ping_seconds: float = 15.0
-    sse_buffer_bytes: int = 1 << 20  # unsent bytes a live subscriber may fall behind by
-    snapshot_max_bytes: int = 64 * 1024 * 1024
-    bootstrap_max_bytes: int = 8 * 1024 * 1024
-    public_url: str | None = None  # this node's URL as clients see it, if configured
-    # What the URLs the node hands out start with (Location, callback and JWKS URLs): public_url, else
-    # the node's own address (app/server.py: base_url). Never a host the request's Host header names,
-    # unless it is a cluster member's (app/protocol/http.py: absolute_url).
-    base_url: str = "http://127.0.0.1:4437"
-    body_budget_bytes: int = 256 * 1024 * 1024  # request bodies held at once, all requests together
-
-
-class BodyBudget:
-    """Bytes of request bodies the node holds at once; past the budget a request gets a 503."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.used = 0
-
-    def take(self, size: int) -> int:
-        if self.used + size > self.total:
-            raise ProtocolError(
-                503, "server_busy", "too many request bodies in flight; retry shortly", {"retry-after": "1"}
-            )
-        self.used += size
-        return size
-
-    def give_back(self, size: int) -> None:
-        self.used -= size
-
-
 def _adds_data(command: Command) -> bool:
     return isinstance(command, Append | CreateStream) and bool(command.body)
 
@@ -102,46 +69,6 @@ def _grows_storage(command: Command) -> bool:
     if isinstance(command, Append):
         return bool(command.body)
     return isinstance(command, CreateBucket | CreateStream | AppendBatch | SetAttrs | PublishSnapshot)
-
-
-Clock = Callable[[], int]  # milliseconds since the epoch
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class Signals:
-    def __init__(self) -> None:
-        self._waiters: dict[int, set[asyncio.Future[None]]] = {}
-        self._listeners: list[Callable[[set[int]], None]] = []
-
-    def listen(self, listener: Callable[[set[int]], None]) -> None:
-        """Calls `listener` with the changed streams after every apply (the SSE fan-out's hook)."""
-        self._listeners.append(listener)
-
-    async def wait(self, sid: int, timeout: float) -> bool:
-        """Waits until `sid` changes; False on timeout. Register before any await, right after checking."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._waiters.setdefault(sid, set())
-        waiters.add(fut)
-        try:
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            waiters.discard(fut)
-            if not waiters and self._waiters.get(sid) is waiters:
-                del self._waiters[sid]
-
-    def notify(self, sids: set[int]) -> None:
-        for listener in self._listeners:
-            listener(sids)
-        for sid in sids:
-            for fut in self._waiters.pop(sid, ()):
-                if not fut.done():
-                    fut.set_result(None)
 
 
 class Engine:
@@ -160,6 +87,8 @@ class Engine:
         disk: DiskGuard | None = None,
         quotas: Quotas | None = None,
         peer_routes: dict[int, str] | None = None,
+        webhooks: WebhookSettings | None = None,
+        delivery_trouble: DeliveryTrouble | None = None,
         unsafe_skip_read_barrier: bool = False,
     ) -> None:
         self.node = node
@@ -175,8 +104,7 @@ class Engine:
         self.hot_backlog_budget = hot_backlog_budget
         # Static configuration until a membership change is applied; then the replicated one.
         self.static_membership = Membership(dict(peers or {node.id: ""}))
-        self.peers: dict[int, str] = {}
-        self.set_membership(machine.membership or self.static_membership)
+        self._members: tuple[Membership | None, dict[int, str]] = (None, {})
         self.forward_writes = forward_writes
         self.machine = machine
         self.signals = signals
@@ -187,9 +115,8 @@ class Engine:
         self._touching: set[int] = set()
         self._background: set[asyncio.Future[None]] = set()
         self.counters = WriteCounters()
-        self.webhooks: WebhookSettings | None = None  # set by the server: subscriptions are served
-        # The leader's trouble delivering to a subscription (by key), set by the server's deliveries.
-        self.delivery_status: Callable[[bytes], dict[str, Any] | None] = lambda key: None
+        self.webhooks = webhooks  # None: subscriptions are not served
+        self._delivery_trouble = delivery_trouble
 
     async def submit(self, command: Command) -> Outcome:
         if self.machine.untiered_bytes > self.hot_backlog_budget and _adds_data(command):
@@ -310,11 +237,61 @@ class Engine:
             self.cold.prefetch(segment)
             segment = self.machine.segment_at(owner.sid, segment.hi) if segment.hi < owner.evicted else None
 
+    # What the protocol asks of the state (it never reaches into the state machine itself)
+
+    @property
+    def table(self) -> StreamTable:
+        """The replicated state's tables, for the subscription rules that read them."""
+        return self.machine.table
+
+    def stream(self, sid: int) -> StreamMeta | None:
+        return self.machine.streams.get(sid)
+
+    def lookup(self, bucket: str, name: str) -> StreamMeta | None:
+        """The stream at (bucket, name), whatever its state (deleted, expired); `find` for a live one."""
+        return self.machine.lookup(bucket, name)
+
+    def buckets(self) -> dict[str, int]:
+        """Every bucket's creation time (ms), by name."""
+        return self.machine.buckets
+
+    def bucket_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[StreamMeta]:
+        return self.machine.bucket_streams(bucket, prefix, after)
+
+    def is_boundary(self, meta: StreamMeta, pos: int) -> bool:
+        """Whether `pos` starts a record (a JSON stream's offsets must)."""
+        return self.machine.is_boundary(meta, pos)
+
+    def read_local(self, meta: StreamMeta, pos: int) -> Chunk:
+        """A chunk from this node's own records only (the live tail): never waits on the object store."""
+        return self.machine.read(meta, pos, self.limits.read_chunk_bytes)
+
+    def local_records(
+        self, meta: StreamMeta, pos: int, max_records: int = 0
+    ) -> tuple[list[tuple[int, bytes]], int] | None:
+        return self.machine.local_records(meta, pos, self.limits.read_chunk_bytes, max_records)
+
+    def evicted_span(self, meta: StreamMeta, pos: int) -> tuple[StreamMeta, int]:
+        return self.machine.evicted_span(meta, pos)
+
+    def snapshot_at(self, sid: int, pos: int) -> PublishedSnapshot | None:
+        return self.machine.snapshot_at(sid, pos)
+
     def membership(self) -> Membership:
         return self.machine.membership or self.static_membership
 
-    def set_membership(self, membership: Membership) -> None:
-        self.peers = {**membership.learners, **membership.voters}
+    @property
+    def peers(self) -> dict[int, str]:
+        """Every member's URL by node id, as of the last membership change applied (else the static one)."""
+        membership = self.membership()
+        if membership is not self._members[0]:
+            self._members = (membership, {**membership.learners, **membership.voters})
+        return self._members[1]
+
+    def delivery_status(self, key: bytes) -> dict[str, Any] | None:
+        """The leader's trouble delivering to a subscription (by key): the last error and when it retries."""
+        trouble = self._delivery_trouble
+        return trouble.status(key, self.now_ms()) if trouble is not None else None
 
     @property
     def is_leader(self) -> bool:

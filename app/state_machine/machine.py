@@ -236,6 +236,28 @@ class StateMachine:
     def snapshot_at(self, sid: int, pos: int) -> r.PublishedSnapshot | None:
         return snapshots.snapshot_at(self.table, sid, pos)
 
+    def subscription_keys(self) -> Iterator[bytes]:
+        """Every subscription's key (a new leader looks at each once)."""
+        return (key for key, _ in self.kv.scan(r.SUBSCRIPTIONS, b""))
+
+    def deletion_queue(self) -> Iterator[str]:
+        """Object keys queued for deletion, in key order."""
+        return (key.decode() for key, _ in self.kv.scan(r.GC_QUEUE, b""))
+
+    def queued_for_deletion(self, key: str) -> bool:
+        return self.kv.get(r.GC_QUEUE, key.encode()) is not None
+
+    def record_head(self, sid: int, pos: int) -> bytes | None:
+        """The header of the local record at `pos` (its time, producer), without reading its payload."""
+        start, end = r.data_key(sid, pos), r.data_key(sid, pos + 1)
+        return next((head for _, head in self.kv.scan_heads(r.DATA, start, end, r.RECORD_HEADER_SIZE)), None)
+
+    def stored_records(self, sid: int, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
+        """(position, stored record) of the stream's own local records in [lo, hi), in order."""
+        return (
+            (r.data_pos(key), value) for key, value in self.kv.scan(r.DATA, r.data_key(sid, lo), r.data_key(sid, hi))
+        )
+
     def snapshot_keys(self, sid: int) -> set[str]:
         """Object keys the stream's published snapshots name (the tiering worker keeps those objects)."""
         return snapshots.snapshot_keys(self.table, sid)

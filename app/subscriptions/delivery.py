@@ -43,8 +43,8 @@ from app.state_machine.machine import StateMachine
 from app.subscriptions.leases import acked_offset, token_digest
 from app.subscriptions.pinned import post_pinned
 from app.subscriptions.settings import WebhookSettings
+from app.subscriptions.trouble import DeliveryTrouble
 from app.subscriptions.urls import IPAddress, Network, WebhookUrlRejected, check_webhook_url
-from app.tiering.backoff import Backoff
 
 log = logging.getLogger("rill.subscriptions")
 
@@ -91,12 +91,17 @@ class Deliveries:
     so a seed replays exactly."""
 
     def __init__(
-        self, node: Node, post: Post | None = None, check: Check | None = None, rng: random.Random | None = None
+        self,
+        node: Node,
+        post: Post | None = None,
+        check: Check | None = None,
+        rng: random.Random | None = None,
+        trouble: DeliveryTrouble | None = None,
     ) -> None:
         self.node = node
         self.rng = rng
-        self.backoff: Backoff[bytes] = Backoff(1.0, 60.0, 0.2, rng)
-        self.wake_backoff: Backoff[bytes] = Backoff(1.0, 300.0, 0.2, rng)
+        self.trouble = trouble or DeliveryTrouble(rng)
+        self.backoff, self.wake_backoff = self.trouble.backoff, self.trouble.wake_backoff
         self._check = check or _check_in_thread
         self._in_flight: dict[bytes, asyncio.Task[None]] = {}
         self._logged: dict[bytes, int] = {}
@@ -164,7 +169,7 @@ class Deliveries:
         machine = self.node.machine
         if not self._leading:  # a new leader knows nothing of what was delivered: look at everything once
             self._leading = True
-            self._dirty.update(key for key, _ in machine.kv.scan(r.SUBSCRIPTIONS, b""))
+            self._dirty.update(machine.subscription_keys())
         now = self.node.now_ms()
         self._dirty |= machine.table.coverage.take_woken()
         while self._timers and self._timers[0][0] <= now:
@@ -205,14 +210,6 @@ class Deliveries:
         self._logged.pop(key, None)
         self.backoff.succeeded(key)
         self.wake_backoff.succeeded(key)
-
-    def status(self, key: bytes) -> dict[str, Any] | None:
-        """This leader's trouble delivering to a subscription: the last error and when it retries."""
-        failure = self.backoff.failures.get(key) or self.wake_backoff.failures.get(key)
-        if failure is None:
-            return None
-        retry = max(0, failure.retry_at - self.node.now_ms()) / 1000
-        return {"error": failure.error, "attempts": failure.attempts, "retry_in_s": retry}
 
     def _streams(self, sub: r.Subscription) -> list[dict[str, Any]]:
         table = self.node.machine.table

@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.counters.histogram import Histogram
 from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
-from app.observability.counters import Histogram
 from app.runtime import blocking
 from app.state_machine import records as r
 from app.state_machine.commands import Code, Command, Evict, ForgetObjects, Outcome, Retain, TierSegment
@@ -107,7 +107,7 @@ class TieringWorker:
 
     def deletion_queue(self) -> int:
         """Objects queued for deletion, counted up to DELETION_QUEUE_CAP (a scrape must stay cheap)."""
-        return sum(1 for _ in itertools.islice(self.machine.kv.scan(r.GC_QUEUE, b""), DELETION_QUEUE_CAP))
+        return sum(1 for _ in itertools.islice(self.machine.deletion_queue(), DELETION_QUEUE_CAP))
 
     async def run_forever(self) -> None:
         while True:
@@ -196,8 +196,7 @@ class TieringWorker:
         if known is not None and known[0] == meta.tiered:
             return known[1]
         # The record's header only: a large record is not read whole.
-        key, end = r.data_key(meta.sid, meta.tiered), r.data_key(meta.sid, meta.tiered + 1)
-        first = next((head for _, head in self.machine.kv.scan_heads(r.DATA, key, end, r.RECORD_HEADER_SIZE)), None)
+        first = self.machine.record_head(meta.sid, meta.tiered)
         if first is None:  # not applied here yet (or trimmed meanwhile): not due, ask again next pass
             return self.node.now_ms()
         self._first_times[meta.sid] = (meta.tiered, r.record_time(first))
@@ -231,8 +230,8 @@ class TieringWorker:
         """The next segment from committed records at `lo`, and its file; None if they changed under us."""
         records: list[seg.Record] = []
         size, expected = 0, lo
-        for key, value in self.machine.kv.scan(r.DATA, r.data_key(meta.sid, lo), r.data_key(meta.sid, tail)):
-            pos, payload = r.data_pos(key), r.record_payload(value)
+        for pos, value in self.machine.stored_records(meta.sid, lo, tail):
+            payload = r.record_payload(value)
             if pos != expected:
                 return None  # the stream was deleted or evicted meanwhile
             records.append(seg.Record(pos, r.record_time(value), payload, r.record_producer(value)))
@@ -323,8 +322,8 @@ class TieringWorker:
         A key the store refuses to delete stays queued, retried on its own backoff; the others go on.
         """
         now, self._hashed = self.node.now_ms(), None
-        self.deletions.keep_only(lambda key: self.machine.kv.get(r.GC_QUEUE, key.encode()) is not None)
-        queued = (key.decode() for key, _ in self.machine.kv.scan(r.GC_QUEUE, b""))
+        self.deletions.keep_only(self.machine.queued_for_deletion)
+        queued = self.machine.deletion_queue()
         batch = list(itertools.islice((key for key in queued if self.deletions.ready(key, now)), 1000))
         done = []
         for key in batch:

@@ -54,15 +54,3 @@ def test_merge_and_latency_summary() -> None:
     a.merge(b)
     assert a.ok == 2 and a.bytes_sent == 2
     assert latency_summary([0.001, 0.002, 0.003]) == pytest.approx({"p50_ms": 2.0, "p99_ms": 3.0, "max_ms": 3.0})
-
-
-def test_chunked_bodies_are_reassembled() -> None:
-    from app.cluster.http1 import _dechunk, header
-
-    raw = bytearray(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\nNEXT")
-    assert _dechunk(raw, 0) == (b"hello world", len(raw) - 4)
-    assert _dechunk(bytearray(b"5\r\nhel"), 0) is None
-    head = b"http/1.1 200 ok\r\nstream-next-offset: 0_5\r\ncontent-length: 3"
-    assert header(head, b"stream-next-offset") == b"0_5"
-    assert header(head, b"content-length") == b"3"
-    assert header(head, b"missing") is None

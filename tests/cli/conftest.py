@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.cli.program import main
 from app.security.tokens import new_token, toml_entry
 from tests.server import RillProcess
 

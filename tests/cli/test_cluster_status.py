@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from app.cluster.cli import status_table
+from app.cli.cluster import status_table
 
 
 def _render(healths: dict[str, dict[str, Any] | None]) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PEERS = "1=http://127.0.0.1:1,2=http://127.0.0.1:2"
 SECRET = "hunter2-not-in-output"
 
@@ -136,4 +136,3 @@ def test_a_tls_ca_without_certificates(tmp_path: Path, certs: dict[str, Path]) -
 def test_an_unknown_unsafe_test_fault(tmp_path: Path) -> None:
     message = serve(tmp_path, env={"RILL_UNSAFE_TEST_FAULT": "lose-everything"})
     assert "unsafe_test_fault" in message
-

@@ -23,7 +23,7 @@ HOLD_POOL_LOCK = """
 import sys, time
 from pathlib import Path
 from httpcore import _synchronization
-from app.cli import main
+from app.cli.program import main
 
 flag = Path(sys.argv.pop(1))
 enter = _synchronization.ThreadLock.__enter__

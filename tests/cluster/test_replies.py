@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.cluster.transport import AUTH_HEADER, PATH, REPLY_PATH, Transport, Verifier, sign
+from app.cluster.transport import PATH, REPLY_PATH, Transport, Verifier, sign
 from app.domain.errors import ProtocolError
 from app.raft.messages import AppendEntries, AppendResponse, Message
 
@@ -27,6 +27,7 @@ def anyio_backend() -> str:
 @contextlib.asynccontextmanager
 async def _follower() -> AsyncIterator[Transport]:
     transport = Transport(2, {1: NOWHERE, 2: NOWHERE, 3: NOWHERE}, SECRET)
+    transport.start()
     try:
         yield transport
     finally:
@@ -70,12 +71,13 @@ class _Leader:
 
     def __init__(self) -> None:
         self.delivered: list[Message] = []
-        self.transport = Transport(1, {1: NOWHERE, 2: NOWHERE}, SECRET)
-        self.transport.take_replies(Verifier(SECRET, 1), self.delivered.append)
+        self.transport = Transport(
+            1, {1: NOWHERE, 2: NOWHERE}, SECRET, verifier=Verifier(SECRET, 1), deliver=self.delivered.append
+        )
+        self.transport.start()
 
     def take(self, peer: int, signature: str, body: bytes) -> None:
-        head = b"http/1.1 200 ok\r\n" + AUTH_HEADER.encode() + b": " + signature.encode() + b"\r\n"
-        self.transport._take_reply(peer, head, body)
+        self.transport._take_reply(peer, signature, body)
 
 
 async def test_a_signed_reply_is_delivered_and_anything_else_is_refused() -> None:

@@ -59,6 +59,7 @@ async def _sending_to(peer: Peer) -> AsyncIterator[Transport]:
     server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     transport = Transport(1, {1: "", 2: f"http://127.0.0.1:{port}"}, SECRET)
+    transport.start()
     try:
         yield transport
     finally:
@@ -105,6 +106,7 @@ async def test_a_peer_route_is_dialed_instead_of_the_member_url() -> None:
     server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     transport = Transport(1, {1: "", 2: "http://127.0.0.1:1"}, SECRET, routes={2: f"http://127.0.0.1:{port}"})
+    transport.start()
     try:
         assert transport.peers == {2: f"http://127.0.0.1:{port}"}
         await transport.send([_ack(1)])

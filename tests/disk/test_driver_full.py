@@ -7,11 +7,10 @@ import asyncio
 
 import pytest
 
-from app.cluster import driver
+from app.cluster import driver, log_store
 from app.cluster.driver import RaftNode
+from app.cluster.log_store import LogStore
 from app.domain.errors import ProtocolError
-from app.raft import log_store
-from app.raft.log_store import LogStore
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, Outcome, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
@@ -44,9 +43,9 @@ class Node:
         self.raft_kv = FillableKV(log_store.COLUMN_FAMILIES)
         self.state_kv = FillableKV(records.COLUMN_FAMILIES)
         self.machine = StateMachine(self.state_kv)
-        self.node = RaftNode(1, [1], LogStore(self.raft_kv), self.machine, seed=1)
         self.failed = False
-        self.node.on_failure = lambda: setattr(self, "failed", True)
+        on_failure = lambda: setattr(self, "failed", True)  # noqa: E731
+        self.node = RaftNode(1, [1], LogStore(self.raft_kv), self.machine, seed=1, on_failure=on_failure)
 
     async def append(self, body: bytes) -> Outcome:
         command = Append(COMPAT_BUCKET, "s", "text/plain", memoryview(body))

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.raft import log_store
+from app.cluster import log_store
 from app.storage.kv import Batch
 from app.storage.rocks import RocksKV
 from tests.disk.conftest import MIB, Tmpfs

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.domain.errors import ProtocolError
-from app.node import _grows_storage
+from app.service.engine import _grows_storage
 from app.state_machine.commands import (
     Append,
     AppendBatch,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from app.node import BodyBudget
 from app.security.quotas import BucketQuota
 from tests.inprocess import node_client
 from tests.protocol.helpers import TEXT, error_code, read_all
@@ -73,13 +72,3 @@ async def test_bodies_past_the_in_flight_budget_get_503_and_the_budget_is_return
         # Everything held was given back: a body of the whole limit fits again, many times over.
         for _ in range(3):
             assert (await client.post("/ds/budget/s", headers=TEXT, content=b"d" * 1000)).status_code == 204
-
-
-def test_the_budget_refuses_past_its_total_and_counts_what_is_given_back() -> None:
-    budget = BodyBudget(10)
-    assert budget.take(6) == 6
-    with pytest.raises(Exception) as exc:
-        budget.take(5)
-    assert getattr(exc.value, "status", None) == 503
-    budget.give_back(6)
-    assert budget.take(10) == 10

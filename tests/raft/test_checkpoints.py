@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.raft import log_store
+from app.cluster import log_store
+from app.cluster.log_store import LogStore
 from app.raft.core import RaftCore
-from app.raft.log_store import LogStore
 from app.raft.messages import MEMBERSHIP, AppendEntries, AppendResponse, Entry, HardState, encode
 from app.raft.ready import Ready, Role
 from app.state_machine import records as r

@@ -12,7 +12,7 @@ import pytest
 
 from app.config import Settings
 from app.protocol.http import Call
-from app.server import base_url
+from app.service.build import base_url
 from tests.inprocess import node_client
 from tests.subscriptions.test_http import Receiver
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trustme
 
-from app.cluster.http1 import client_context, connect, encode_request
+from app.cluster.peer_client import client_context, connect, encode_request
 from tests.server import RillProcess, free_port
 
 
@@ -97,8 +97,8 @@ def test_the_raw_client_speaks_tls_and_verifies_the_server(node: TLSProcess, cer
     async def get(tls: ssl.SSLContext | None) -> int:
         conn = await connect(node.url, tls)
         try:
-            status, _ = await asyncio.wait_for(conn.request(encode_request("GET", node.url + "/healthz", {})), 5)
-            return status
+            response = await conn.request(encode_request("GET", node.url + "/healthz", {}), 5)
+            return response.status
         finally:
             conn.close()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import main
+from app.cli.program import main
 from app.config import Settings
 from app.security.scopes import Action
 from app.security.tokens import PREFIX, TokenConfig, TokenTable, digest

@@ -20,9 +20,9 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from app.raft import log_store
+from app.cluster import log_store
+from app.cluster.log_store import LogStore
 from app.raft.core import RaftCore
-from app.raft.log_store import LogStore
 from app.raft.messages import Membership, Message, encode
 from app.raft.ready import Role
 from app.state_machine import records

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from app.cluster import log_store
 from app.cluster.driver import RaftNode
 from app.cluster.driver_types import Send
-from app.raft import log_store
-from app.raft.log_store import LogStore
+from app.cluster.log_store import LogStore
 from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, ReadIndex, ReadIndexResponse
 from app.state_machine import records
 from app.state_machine.machine import StateMachine

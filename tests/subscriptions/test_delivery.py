@@ -156,14 +156,14 @@ def test_a_wake_that_cannot_be_appended_backs_off(node: FakeNode) -> None:
             await deliveries.run_once()
 
     asyncio.run(run_for(60))
-    status = deliveries.status(r.subscription_key(B, "", "s"))
+    status = deliveries.trouble.status(r.subscription_key(B, "", "s"), node.clock)
     assert status is not None and "not_found" in status["error"]
     assert 5 <= status["attempts"] <= 7, status  # 1, 2, 4, 8, 16 and 32 s apart (less up to 20%), not 600
     assert node.proposed == []
     _stream(node, "wake")  # made again: the next retry gets the wake through
     asyncio.run(run_for(120))  # the next retry: at most 128 s after the last
     assert [type(c).__name__ for c in node.proposed] == ["Wake"] and len(_events(node, "wake")) == 1
-    assert deliveries.status(r.subscription_key(B, "", "s")) is None
+    assert deliveries.trouble.status(r.subscription_key(B, "", "s"), node.clock) is None
 
 
 class Receiver:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from app.bench.chaos.history import SEPARATOR, Ack, Append, Claim, History, Read, split_payloads
-from app.commands.sse import EventParser
+from app.domain.sse import EventParser
 
 TEXT = {"content-type": "text/plain"}
 TIMEOUT = httpx.Timeout(5.0, connect=2.0)

@@ -1,6 +1,7 @@
 """`/streams/{id}`: the legacy URL shape."""
 
+from app.domain.paths import LEGACY_PREFIX
 from app.routes.family import BuiltinFamily
 from app.state_machine.machine import LEGACY_BUCKET
 
-family = BuiltinFamily(LEGACY_BUCKET, "/streams/")
+family = BuiltinFamily(LEGACY_BUCKET, LEGACY_PREFIX)

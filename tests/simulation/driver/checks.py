@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from app.raft.log_store import LogStore
+from app.cluster.log_store import LogStore
 from app.raft.messages import AppendResponse, Entry, Message, VoteResponse
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules

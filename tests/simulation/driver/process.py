@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from app.cluster import log_store
 from app.cluster.driver import RaftNode
-from app.raft import log_store
-from app.raft.log_store import LogStore
+from app.cluster.log_store import LogStore
 from app.raft.messages import Message
 from app.state_machine import records
 from tests.simulation.driver.checkpoints import Link

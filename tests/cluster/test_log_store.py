@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.raft import log_store
-from app.raft.log_store import LogStore
+from app.cluster import log_store
+from app.cluster.log_store import LogStore
 from app.raft.messages import Entry, HardState
 from app.storage.rocks import RocksKV
 

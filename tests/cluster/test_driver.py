@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from app.cluster import driver as raft_node
+from app.cluster import log_store
 from app.cluster.driver import RaftNode
-from app.raft import log_store
-from app.raft.log_store import LogStore
+from app.cluster.log_store import LogStore
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine

@@ -1,0 +1,3 @@
+from app.cli.program import main
+
+main()

@@ -1,0 +1,54 @@
+"""build_node: a node's parts made in order from its settings, started and stopped by the lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.service.build import base_url, build_node
+from app.state_machine.commands import Code, CreateStream
+from app.state_machine.machine import COMPAT_BUCKET
+from app.storage.kv import MemoryKV
+
+
+def _memory(path: Path, column_families: list[str]) -> MemoryKV:
+    return MemoryKV(column_families)
+
+
+def test_a_single_node_is_built_without_a_running_loop_and_serves_once_started(tmp_path: Path) -> None:
+    node = build_node(Settings(data_dir=tmp_path / "data"), open_kv=_memory)  # no event loop here
+    assert node.transport is None and node.engine.node is node.raft and node.tiering.node is node.engine
+    assert node.engine.webhooks is not None  # subscriptions are served from the start
+
+    async def scenario() -> None:
+        await node.start()
+        try:
+            outcome = await node.engine.submit(CreateStream(COMPAT_BUCKET, "s", "text/plain", False))
+            assert outcome.code is Code.CREATED
+        finally:
+            await node.stop()
+            node.stop_pools()
+
+    asyncio.run(scenario())
+
+
+def test_a_cluster_member_gets_a_transport_that_starts_with_the_node(tmp_path: Path) -> None:
+    peers = {1: "http://127.0.0.1:1", 2: "http://127.0.0.1:2"}
+    node = build_node(Settings(data_dir=tmp_path / "data", node_id=1, peers=peers), open_kv=_memory)
+    assert node.transport is not None and set(node.transport.peers) == {2}
+    assert node.engine.clustered and node.engine.peers == peers
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"public_url": "https://streams.example/"}, "https://streams.example"),
+        ({"node_id": 2, "peers": {1: "http://a:1", 2: "http://b:2/"}}, "http://b:2"),
+        ({"host": "::1", "port": 9}, "http://[::1]:9"),
+    ],
+)
+def test_the_base_url_is_configured_never_a_clients_host(settings: dict[str, object], expected: str) -> None:
+    assert base_url(Settings(**settings)) == expected  # type: ignore[arg-type]
