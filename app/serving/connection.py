@@ -44,11 +44,22 @@ _IDLE, _HEAD, _BODY = 0, 1, 2
 # A timer may fire a hair before its deadline; re-arming it for that is not worth a loop turn.
 _SLACK = 0.005
 _CAP_WARNING_SECONDS = 10.0
-_last_cap_warning = float("-inf")
-_last_client_cap_warning = float("-inf")
 # uvicorn's logger names: the log configuration (app/observability/logs.py) and operators know them.
 logger = logging.getLogger("uvicorn.error")
 access_logger = logging.getLogger("uvicorn.access")
+
+
+class Warnings:
+    """When each kind of refusal was last logged: a flood is logged once per period, not per connection."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def due(self, kind: str, now: float) -> bool:
+        if now - self._last.get(kind, float("-inf")) < _CAP_WARNING_SECONDS:
+            return False
+        self._last[kind] = now
+        return True
 
 
 class _Reject(Exception):
@@ -64,6 +75,7 @@ class EdgeProtocol(asyncio.Protocol):
 
     limits = EdgeLimits()  # protocol_for() binds the server's limits
     clients = ClientSlots(limits.max_connections_per_client)  # and the server's count of connections per address
+    warnings = Warnings()  # and when it last logged a refusal
 
     def __init__(
         self,
@@ -417,21 +429,15 @@ class EdgeProtocol(asyncio.Protocol):
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         """Past max_connections: a 503 and an immediate close, before reading anything."""
-        global _last_cap_warning
-        now = self.loop.time()
-        if now - _last_cap_warning >= _CAP_WARNING_SECONDS:
-            _last_cap_warning = now
+        if self.warnings.due("max_connections", self.loop.time()):
             logger.warning("max_connections (%d) reached: refusing new connections", self.limits.max_connections)
         message = f"the server has {self.limits.max_connections} connections open; retry shortly"
         self._answer_and_close(transport, "too_many_connections", message)
 
     def _refuse_client(self, transport: asyncio.Transport, key: str) -> None:
         """Past max_connections_per_client: the same, for one address's new connection."""
-        global _last_client_cap_warning
         limit = self.clients.limit
-        now = self.loop.time()
-        if now - _last_client_cap_warning >= _CAP_WARNING_SECONDS:
-            _last_client_cap_warning = now
+        if self.warnings.due("max_connections_per_client", self.loop.time()):
             logger.warning("max_connections_per_client (%d) reached by %s: refusing its new connections", limit, key)
         message = f"this client address has {limit} connections open, as many as one may; close some or retry shortly"
         self._answer_and_close(transport, "too_many_connections_from_client", message)
@@ -484,10 +490,11 @@ class EdgeProtocol(asyncio.Protocol):
 
 def protocol_for(limits: EdgeLimits) -> type[EdgeProtocol]:
     """An EdgeProtocol class bound to `limits`, for uvicorn's `http=` (it makes one per connection)."""
-    chosen, slots = limits, ClientSlots(limits.max_connections_per_client)
+    chosen, slots, _warnings = limits, ClientSlots(limits.max_connections_per_client), Warnings()
 
     class RillHttpProtocol(EdgeProtocol):
         limits = chosen
         clients = slots  # one count per server: create_app exempts the cluster's nodes from it
+        warnings = _warnings
 
     return RillHttpProtocol
