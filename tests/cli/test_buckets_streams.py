@@ -8,7 +8,7 @@ import httpx
 import pytest
 from rich.console import Console
 
-from app.cli.data import buckets, listing
+from app.cli import buckets, listing
 from tests.cli.conftest import invoke
 from tests.server import RillProcess
 
