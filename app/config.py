@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     hot_backlog_budget: int = Field(2 << 30, ge=1, description="untiered bytes past which appends answer 503")
     cold_cache_bytes: int = Field(64 << 20, ge=1 << 20, description="segments kept in memory for cold reads")
     tiering_interval: float = Field(0.5, gt=0, description="seconds between tiering passes")
+    # The leader's backups of the applied state to the cold store (app/tiering/backups.py).
+    state_checkpoint_interval: float = Field(60.0, gt=0, description="most seconds between state backups")
+    state_checkpoint_entries: int = Field(10_000, ge=1, description="applied entries that make a backup due sooner")
+    state_checkpoint_keep: int = Field(3, ge=1, description="newest state backups kept in the cold store")
     # Free space on the data directory's filesystem (app/storage/disk.py): writes that add data answer
     # 507 while it is below the watermark, min(disk_min_free_bytes, disk_min_free_ratio x filesystem size).
     disk_min_free_bytes: int = Field(1 << 30, ge=0, description="watermark cap in bytes (default 1 GiB); 0: off")

@@ -53,7 +53,7 @@ def create_app(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
     forwarder = Forwarder(node.peer_tls)
     requests = RequestCounters()
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(NodeCollector(node.engine, requests, node.tiering))
+    metrics.register(NodeCollector(node.engine, requests, node.tiering, node.backups))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -74,7 +74,12 @@ def create_app(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
     fallback.router.redirect_slashes = False
     state = fallback.state  # what the probes and the cluster routes read from request.app.state
     state.auth, state.peer_tls, state.forwarder, state.metrics = auth, node.peer_tls, forwarder, metrics
-    state.engine, state.tiering, state.transport = node.engine, node.tiering, node.transport
+    state.engine, state.tiering, state.backups, state.transport = (
+        node.engine,
+        node.tiering,
+        node.backups,
+        node.transport,
+    )
     state.verifier, state.checkpoints = node.verifier, node.checkpoints
     streams = Cors(StreamRoutes(node.engine, auth, forwarder, fallback), settings.cors_origins)
     return count_requests(_with_raft_messages(streams, node), requests)

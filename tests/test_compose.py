@@ -524,7 +524,7 @@ def test_dashboard_is_a_grafana_dashboard_with_the_sections_asked_for() -> None:
     board = dashboard()
     assert board["uid"] == "rill" and board["title"] == "Rill" and board["schemaVersion"] >= 36
     rows = [panel["title"] for panel in board["panels"] if panel["type"] == "row"]
-    assert rows == ["Requests", "Appends", "Live subscribers", "Raft", "Tiering", "Deletion queue"]
+    assert rows == ["Requests", "Appends", "Live subscribers", "Raft", "Tiering", "Deletion queue", "Recovery point"]
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     assert variables["instance"]["multi"] and variables["instance"]["includeAll"]

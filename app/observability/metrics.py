@@ -18,6 +18,7 @@ from app.counters.counts import RequestCounters
 from app.counters.histogram import Histogram
 from app.raft.ready import Role
 from app.service.engine import Engine
+from app.tiering.backups import StateBackups
 from app.tiering.cache import SegmentCache
 from app.tiering.worker import TieringWorker
 
@@ -49,6 +50,11 @@ METRIC_NAMES = (
     "rill_cold_cache_hits_total",
     "rill_cold_cache_misses_total",
     "rill_deletion_queue_length",
+    "rill_unprotected_bytes",
+    "rill_recovery_point_age_seconds",
+    "rill_state_backups_total",
+    "rill_state_backup_errors_total",
+    "rill_state_backup_index",
 )
 
 
@@ -72,11 +78,13 @@ class NodeCollector(Collector):
     engine: Engine
     requests: RequestCounters
     tiering: TieringWorker
+    backups: StateBackups
 
     def collect(self) -> Iterator[Metric]:
         yield from self._http()
         yield from self._raft(self.engine.node)
         yield from self._tiering()
+        yield from self._recovery_point()
 
     def _http(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
@@ -147,3 +155,25 @@ class NodeCollector(Collector):
         yield _counter("rill_cold_cache_hits_total", "Reads of evicted ranges found in memory", hits)
         yield _counter("rill_cold_cache_misses_total", "Reads of evicted ranges that had to fetch a segment", misses)
         yield _gauge("rill_deletion_queue_length", "Objects queued for deletion", worker.deletion_queue())
+
+    def _recovery_point(self) -> Iterator[Metric]:
+        backups = self.backups
+        yield _gauge(
+            "rill_unprotected_bytes", "Acknowledged record bytes not yet in a sealed segment in the object store",
+            self.engine.machine.untiered_bytes,
+        )  # fmt: skip
+        age = backups.recovery_point_age(self.engine.now_ms(), self.tiering.oldest_unsealed)
+        recovery = GaugeMetricFamily(
+            "rill_recovery_point_age_seconds",
+            "On the leader: how far back a restore from the object store would go, the older of the last state "
+            "backup (if the state changed since) and the oldest record not yet sealed; no sample elsewhere",
+        )
+        if age is not None:
+            recovery.add_metric([], age)
+        yield recovery
+        yield _counter("rill_state_backups_total", "State backups this node wrote to the object store", backups.written)
+        yield _counter("rill_state_backup_errors_total", "State backups that failed", backups.errors)
+        index = GaugeMetricFamily("rill_state_backup_index", "Raft index of this leader's last state backup")
+        if backups.last is not None:
+            index.add_metric([], backups.last.index)
+        yield index

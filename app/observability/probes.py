@@ -25,6 +25,7 @@ from app.raft.ready import Role
 from app.routes.cluster import check_admin
 from app.security.scopes import ANY_BUCKET, Action
 from app.service.engine import Engine
+from app.tiering.backups import StateBackups
 from app.tiering.worker import TieringWorker
 
 # The classic text format, which generate_latest writes and every Prometheus version reads.
@@ -34,7 +35,7 @@ STATUS_PATH = "/_rill/status"
 READY_SLACK = 2.0  # seconds since the node last had applied all it knew committed
 
 
-def details(engine: Engine, tiering: TieringWorker) -> dict[str, Any]:
+def details(engine: Engine, tiering: TieringWorker, backups: StateBackups) -> dict[str, Any]:
     status = engine.node.status()
     return {
         "status": "ok",
@@ -50,6 +51,7 @@ def details(engine: Engine, tiering: TieringWorker) -> dict[str, Any]:
         "learners": list(status.learners),
         "peers": {str(node_id): url for node_id, url in engine.peers.items()},
         "tiering": tiering.status(),
+        "recovery_point": backups.status(engine.now_ms(), tiering.oldest_unsealed),
         "disk": engine.disk.status() if engine.disk is not None else None,
     }
 
@@ -64,7 +66,7 @@ async def healthz(request: Request) -> Response:
             principal = None
         if principal is None or not principal.may(Action.ADMIN, ANY_BUCKET):
             return JSONResponse({"status": "ok"})
-    return JSONResponse(details(request.app.state.engine, request.app.state.tiering))
+    return JSONResponse(details(request.app.state.engine, request.app.state.tiering, request.app.state.backups))
 
 
 def not_ready_because(engine: Engine) -> str | None:
@@ -105,7 +107,7 @@ async def status(request: Request) -> Response:
         request.app.state.verifier.check(request.headers.get(AUTH_HEADER), STATUS_PATH)
     except ProtocolError as exc:
         return to_response(render_error(exc))
-    return JSONResponse(details(request.app.state.engine, request.app.state.tiering))
+    return JSONResponse(details(request.app.state.engine, request.app.state.tiering, request.app.state.backups))
 
 
 async def cluster(request: Request) -> Response:
@@ -121,7 +123,7 @@ async def cluster(request: Request) -> Response:
             *(_peer(client, url, sign(secret, me, node, STATUS_PATH, b"")) for node, url in members if node != me)
         )
     others = iter(views)
-    here = details(engine, request.app.state.tiering)
+    here = details(engine, request.app.state.tiering, request.app.state.backups)
     nodes = [_row(node, url, here if node == me else next(others)) for node, url in members]
     leaders = [n for n in nodes if n.get("role") == Role.LEADER.value and "commit" in n]
     commit = max(leaders, key=lambda n: n.get("term", 0))["commit"] if leaders else None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, TypeVar, TypeVarTuple
 
-Kind = Literal["tiering", "cold", "jwks", "webhook_dns", "checkpoints", "snapshots"]
+Kind = Literal["tiering", "cold", "jwks", "webhook_dns", "checkpoints", "snapshots", "backups"]
 
 SIZES: dict[Kind, int] = {
     "tiering": 2,  # segment builds, uploads, manifests and deletes: one worker task, in sequence
@@ -22,6 +22,7 @@ SIZES: dict[Kind, int] = {
     "webhook_dns": 4,  # resolving webhook hosts (getaddrinfo has no timeout of its own)
     "checkpoints": 2,  # taking, streaming and loading Raft checkpoints
     "snapshots": 4,  # large snapshot blobs to and from the object store
+    "backups": 1,  # the leader's state backups: one at a time
 }
 
 T = TypeVar("T")

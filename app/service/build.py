@@ -44,6 +44,7 @@ from app.subscriptions.settings import WebhookSettings
 from app.subscriptions.signing import WebhookSigner
 from app.subscriptions.trouble import DeliveryTrouble
 from app.subscriptions.urls import parse_networks
+from app.tiering.backups import BackupConfig, StateBackups
 from app.tiering.cache import SegmentCache
 from app.tiering.store import FileStore, ObjectStore, StoreOptions, open_store
 from app.tiering.worker import TieringConfig, TieringWorker
@@ -68,6 +69,7 @@ class Node:
     raft: RaftNode
     engine: Engine
     tiering: TieringWorker
+    backups: StateBackups
     deliveries: Deliveries
     clients: ClientSlots | None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -81,7 +83,12 @@ class Node:
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 100)
-        background = [self.engine.collect_expired_forever(), self.tiering.run_forever(), self.deliveries.run_forever()]
+        background = [
+            self.engine.collect_expired_forever(),
+            self.tiering.run_forever(),
+            self.backups.run_forever(),
+            self.deliveries.run_forever(),
+        ]
         if self.clients is not None:
             # The other nodes' Raft messages and forwarded writes must not meet the per-client connection limit.
             background.append(self.clients.follow_peers(self._other_members))
@@ -196,10 +203,21 @@ def build_node(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
             interval=settings.tiering_interval,
         ),
     )
+    backups = StateBackups(
+        engine,
+        settings.node_id,
+        store,
+        state_store if open_kv is None else None,
+        BackupConfig(
+            interval=settings.state_checkpoint_interval,
+            entries=settings.state_checkpoint_entries,
+            keep=settings.state_checkpoint_keep,
+        ),
+    )
     deliveries = Deliveries(engine, trouble=trouble)
     return Node(
         settings, peer_tls, disk, raft_kv, machine, transport, verifier, checkpoints, raft, engine, tiering,
-        deliveries, clients,
+        backups, deliveries, clients,
     )  # fmt: skip
 
 

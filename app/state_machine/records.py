@@ -199,6 +199,11 @@ def data_pos(key: bytes) -> int:
     return _POS.unpack(key)[1]
 
 
+def data_sid_pos(key: bytes) -> tuple[int, int]:
+    sid, pos = _POS.unpack(key)
+    return sid, pos
+
+
 def producer_key(sid: int, producer_id: str) -> bytes:
     return U64.pack(sid) + producer_id.encode()
 

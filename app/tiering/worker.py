@@ -88,6 +88,7 @@ class TieringWorker:
         self._hashed: dict[tuple[str, str], int] | None = None  # (bucket, hashed component) -> sid
         # sid -> (tiered, the time of the record there): each pass would otherwise read it again.
         self._first_times: dict[int, tuple[int, int]] = {}
+        self.oldest_unsealed: int | None = None  # ms: when the oldest record not yet in a segment was appended
 
     def status(self) -> dict[str, Any]:
         now = self.node.now_ms()
@@ -177,10 +178,19 @@ class TieringWorker:
                 await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
 
     def _due(self) -> list[StreamMeta]:
+        """The streams to seal now; on the way, notes when the oldest unsealed record was appended."""
         streams = self.machine.streams
         for sid in [sid for sid in self._first_times if sid not in streams]:
             del self._first_times[sid]
-        return [m for m in list(streams.values()) if self._is_due(m)]
+        due, oldest = [], None
+        for meta in list(streams.values()):
+            if meta.tail > meta.tiered:
+                first = self._first_time(meta)
+                oldest = first if oldest is None else min(oldest, first)
+                if self._is_due(meta):
+                    due.append(meta)
+        self.oldest_unsealed = oldest
+        return due
 
     def _is_due(self, meta: StreamMeta) -> bool:
         pending = meta.tail - meta.tiered

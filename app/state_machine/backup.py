@@ -1,0 +1,163 @@
+"""A state backup: the applied state at one Raft index, as one immutable object in the object store.
+
+It holds every pair of the state store (buckets, streams and their configuration, closure, TTLs,
+forks, attributes, published snapshots, producer state, subscriptions and their acknowledged
+offsets, the segments already tiered) except the records that sealed segments already hold:
+a restore reads those from the segments. Nodes write one now and then (app/tiering/backups.py);
+`rill restore` builds a data directory from one (app/tiering/restore.py).
+
+The object: `MAGIC`, a big-endian u32 length and a JSON header (format, index, term, when, which
+node, counts), then a zlib stream of frames, each a u32 length and a msgpack list of
+(column family position, key, value). Its key names the index and the SHA-256 of the whole
+object, so a backup is never overwritten and a reader can check what it got.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+import msgspec
+
+from app.state_machine import records as r
+from app.state_machine.export import Pair
+from app.storage.kv import KV
+
+FORMAT = 1  # bump when the layout changes; restore reads every format that ever shipped
+MAGIC = b"RILLSTATE\n"
+# Not a bucket's directory: bucket ids have no dot, and the built-in buckets do not start with one.
+KEY_PREFIX = ".rill/state/"
+_KEY = re.compile(r"\.rill/state/(\d{20})-([0-9a-f]{64})\.state")
+_U32 = struct.Struct(">I")
+_FRAME_BYTES = 1 << 20
+_SKIPPED = {(r.SM_META, r.SYNCED_KEY)}  # node-local bookkeeping
+_POSITION = {cf: position for position, cf in enumerate(r.COLUMN_FAMILIES)}
+
+
+class BackupError(ValueError):
+    """The object is not a state backup this version can read, or not the one its key names."""
+
+
+@dataclass(frozen=True)
+class Header:
+    format: int
+    index: int
+    term: int
+    created_at: int  # ms
+    node: int
+    streams: int
+    pairs: int
+    skipped_bytes: int  # records left to the segments
+    column_families: list[str]
+
+
+def backup_key(index: int, data: bytes) -> str:
+    return f"{KEY_PREFIX}{index:020d}-{hashlib.sha256(data).hexdigest()}.state"
+
+
+def parse_key(key: str) -> tuple[int, str] | None:
+    """(index, sha256) of a backup's key; None for any other key."""
+    match = _KEY.fullmatch(key)
+    return (int(match[1]), match[2]) if match else None
+
+
+def pairs_to_keep(kv: KV, skipped: list[int] | None = None) -> Iterator[Pair]:
+    """The store's pairs, less each stream's own records below its tiered offset (in segments).
+
+    Streams come before data in COLUMN_FAMILIES, so each stream's tiered offset is known before its
+    records are reached. `skipped`, if given, gets the bytes left out added to its one element."""
+    tiered: dict[int, int] = {}
+    for position, cf in enumerate(r.COLUMN_FAMILIES):
+        for key, value in kv.scan(cf, b""):
+            if (cf, key) in _SKIPPED:
+                continue
+            if cf == r.STREAMS:
+                meta = r.decode_meta(value)
+                tiered[meta.sid] = meta.tiered
+            elif cf == r.DATA:
+                sid, pos = r.data_sid_pos(key)
+                if pos < tiered.get(sid, 0):
+                    if skipped is not None:
+                        skipped[0] += len(value)
+                    continue
+            yield position, key, value
+
+
+def encode(kv: KV, created_at: int, node: int) -> tuple[Header, bytes]:
+    """The backup of `kv` (a store no one writes meanwhile: a RocksDB checkpoint)."""
+    index, term = r.decode_applied(kv.get(r.SM_META, r.APPLIED_KEY))
+    compressor = zlib.compressobj(6)
+    body: list[bytes] = []
+    count, streams, skipped = 0, 0, [0]
+    frame: list[Pair] = []
+    size = 0
+    for pair in pairs_to_keep(kv, skipped):
+        frame.append(pair)
+        count += 1
+        streams += pair[0] == _POSITION[r.STREAMS]
+        size += len(pair[1]) + len(pair[2]) + 16
+        if size >= _FRAME_BYTES:
+            body.append(compressor.compress(_frame(frame)))
+            frame, size = [], 0
+    if frame:
+        body.append(compressor.compress(_frame(frame)))
+    body.append(compressor.flush())
+    header = Header(FORMAT, index, term, created_at, node, streams, count, skipped[0], list(r.COLUMN_FAMILIES))
+    head = json.dumps(asdict(header), separators=(",", ":")).encode()
+    return header, b"".join([MAGIC, _U32.pack(len(head)), head, *body])
+
+
+def _frame(pairs: list[Pair]) -> bytes:
+    data = msgspec.msgpack.encode(pairs)
+    return _U32.pack(len(data)) + data
+
+
+def read_header(data: bytes) -> Header:
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
+        raise BackupError("not a Rill state backup")
+    (length,) = _U32.unpack_from(data, len(MAGIC))
+    try:
+        doc = json.loads(data[len(MAGIC) + 4 : len(MAGIC) + 4 + length])
+        header = Header(**doc)
+    except (ValueError, TypeError) as exc:
+        raise BackupError(f"the backup's header is unreadable: {exc}") from None
+    if header.format > FORMAT:
+        raise BackupError(f"backup format {header.format} is newer than this Rill reads ({FORMAT})")
+    return header
+
+
+def decode(data: bytes, expected_sha256: str | None = None) -> tuple[Header, Iterator[list[Pair]]]:
+    """The header and the pairs, in frames, of a backup; checked against its key's digest if given."""
+    if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise BackupError("the backup does not match the digest its key names")
+    header = read_header(data)
+    (length,) = _U32.unpack_from(data, len(MAGIC))
+    start = len(MAGIC) + 4 + length
+    return header, _frames(data[start:], header)
+
+
+def _frames(body: bytes, header: Header) -> Iterator[list[Pair]]:
+    positions = _renumbering(header.column_families)
+    try:
+        raw = zlib.decompress(body)
+    except zlib.error as exc:
+        raise BackupError(f"the backup's body is corrupt: {exc}") from None
+    offset = 0
+    while offset < len(raw):
+        (length,) = _U32.unpack_from(raw, offset)
+        pairs = msgspec.msgpack.decode(raw[offset + 4 : offset + 4 + length], type=list[tuple[int, bytes, bytes]])
+        offset += 4 + length
+        yield [(positions[position], key, value) for position, key, value in pairs]
+
+
+def _renumbering(families: Iterable[str]) -> list[int]:
+    """Positions in the backup's family list -> positions in this version's (families only grow)."""
+    try:
+        return [_POSITION[cf] for cf in families]
+    except KeyError as exc:
+        raise BackupError(f"the backup has a column family this version does not know: {exc}") from None

@@ -1,0 +1,169 @@
+"""The leader's state backups: the applied state, now and then, as immutable objects in the store.
+
+A backup is written at most every `interval` seconds, and sooner once `entries` entries have been
+applied since the last one (but not within `MIN_GAP_SECONDS` of it). It is built from a RocksDB
+checkpoint of the state store, a consistent view taken in a moment, and encoded and uploaded on the
+thread pools: appends go on meanwhile. The newest `keep` backups are kept; older ones are deleted.
+
+With the segments the tiering worker seals, a backup is what `rill restore` rebuilds a node from
+when every node's disk is lost. `recovery_point` says how far behind the object store is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from app.runtime import blocking
+from app.state_machine import backup
+from app.state_machine.machine import StateMachine
+from app.state_machine.records import COLUMN_FAMILIES
+from app.storage.rocks import RocksKV
+from app.storage.state_store import StateStore
+from app.tiering.store import ObjectStore
+
+log = logging.getLogger("rill.backups")
+
+MIN_GAP_SECONDS = 5.0
+RETRY_SECONDS = 10.0
+
+
+@dataclass
+class BackupConfig:
+    interval: float = 60.0  # seconds: the longest the metadata goes unprotected while it changes
+    entries: int = 10_000  # applied entries that make a backup due before the interval
+    keep: int = 3  # newest backups kept in the store
+
+
+class Leader(Protocol):
+    machine: StateMachine
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def now_ms(self) -> int: ...
+
+
+@dataclass
+class Written:
+    key: str
+    index: int
+    created_at: int  # ms
+    size: int
+
+
+class StateBackups:
+    def __init__(
+        self, node: Leader, node_id: int, store: ObjectStore, state_store: StateStore | None, config: BackupConfig
+    ) -> None:
+        self.node = node
+        self.node_id = node_id
+        self.store = store
+        self.state_store = state_store  # None: the state machine's store is not RocksDB (tests)
+        self.config = config
+        self.last: Written | None = None
+        self.written = 0
+        self.errors = 0
+        self.last_error: str | None = None
+        self._retry_at = 0
+        self._leading_since: int | None = None
+
+    def due(self, now: int) -> bool:
+        if not self.node.is_leader or now < self._retry_at:
+            return False
+        applied = self.node.machine.applied_index
+        last = self.last
+        if last is None:
+            return True  # a new leader knows of no backup of its own: one now sets the recovery point
+        if applied <= last.index:
+            return False
+        elapsed = (now - last.created_at) / 1000
+        if elapsed >= self.config.interval:
+            return True
+        return applied - last.index >= self.config.entries and elapsed >= MIN_GAP_SECONDS
+
+    async def run_forever(self, every: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(every)
+            now = self.node.now_ms()
+            if not self.node.is_leader:
+                self.last, self._leading_since = None, None
+                continue
+            if self._leading_since is None:
+                self._leading_since = now
+            if self.due(now):
+                await self.write_once()
+
+    async def write_once(self) -> Written | None:
+        """Takes, uploads and prunes one backup; None (logged, retried later) if that failed."""
+        now = self.node.now_ms()
+        try:
+            header, data = await self._encode(now)
+            key = backup.backup_key(header.index, data)
+            await blocking.run("backups", self.store.put, key, data)
+            self.last = Written(key, header.index, header.created_at, len(data))
+            self.written += 1
+            self.last_error = None
+            await blocking.run("backups", self._prune)
+        except Exception as exc:  # the store is down, the disk is full: try again later, never crash
+            self.errors += 1
+            self.last_error = str(exc) or type(exc).__name__
+            self._retry_at = now + int(RETRY_SECONDS * 1000)
+            log.warning("state backup failed (retrying in %.0f s): %s", RETRY_SECONDS, self.last_error)
+            return None
+        log.info("state backup %s: index %d, %d bytes", self.last.key, self.last.index, self.last.size)
+        return self.last
+
+    async def _encode(self, now: int) -> tuple[backup.Header, bytes]:
+        kv = self.node.machine.kv
+        if self.state_store is None or not isinstance(kv, RocksKV):
+            return backup.encode(kv, now, self.node_id)  # an in-memory store: encoded here, in one go
+        path = await blocking.run("backups", self.state_store.checkpoint, kv, "backup")
+        try:
+            view = await blocking.run("backups", RocksKV, path, COLUMN_FAMILIES)
+            try:
+                return await blocking.run("backups", backup.encode, view, now, self.node_id)
+            finally:
+                view.close()
+        finally:
+            await blocking.run("backups", _remove, path)
+
+    def _prune(self) -> None:
+        """Deletes all but the newest `keep` backups (by index), whoever wrote them."""
+        keys = self.store.list(backup.KEY_PREFIX)
+        found = sorted((parsed[0], key) for key in keys if (parsed := backup.parse_key(key)) is not None)
+        for _, key in found[: max(0, len(found) - self.config.keep)]:
+            self.store.delete(key)
+
+    def recovery_point_age(self, now: int, oldest_unsealed: int | None) -> float | None:
+        """Seconds of acknowledged writes the store may not hold: since the last backup if the state
+        changed after it, and since the oldest record not yet sealed. None where this node does not
+        lead (the leader writes backups and seals segments)."""
+        if not self.node.is_leader or self._leading_since is None:
+            return None
+        last = self.last
+        since = last.created_at if last is not None else self._leading_since
+        metadata = 0 if last is not None and self.node.machine.applied_index <= last.index else now - since
+        records = 0 if oldest_unsealed is None else now - oldest_unsealed
+        return max(0, metadata, records) / 1000
+
+    def status(self, now: int, oldest_unsealed: int | None) -> dict[str, object]:
+        """What /healthz reports: how much acknowledged data the object store may not hold yet."""
+        age = self.recovery_point_age(now, oldest_unsealed)
+        last = self.last
+        return {
+            "unprotected_bytes": self.node.machine.untiered_bytes,
+            "recovery_point_age_seconds": None if age is None else round(age, 3),
+            "last_backup": None if last is None else {"key": last.key, "index": last.index, "at": last.created_at},
+            "backups_written": self.written,
+            "backup_errors": self.errors,
+            "last_error": self.last_error,
+        }
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,93 @@
+"""The leader's state backups: when one is due, what it uploads, how many are kept, and failures."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from app.state_machine import backup
+from app.state_machine.machine import StateMachine
+from app.tiering.backups import BackupConfig, StateBackups
+from app.tiering.store import FileStore, StoreUnavailable
+from tests.state_machine.helpers import T0
+from tests.state_machine.tiering_helpers import TH
+
+
+class Leader:
+    def __init__(self, machine: StateMachine) -> None:
+        self.machine = machine
+        self.is_leader = True
+        self.now = T0
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+def _backups(tmp_path: Path, **config: float) -> tuple[TH, Leader, StateBackups, FileStore]:
+    h = TH()
+    h.create("s", body=b"first")
+    leader = Leader(h.sm)
+    store = FileStore(tmp_path / "cold")
+    return h, leader, StateBackups(leader, 1, store, None, BackupConfig(**config)), store  # type: ignore[arg-type]
+
+
+def _keys(store: FileStore) -> list[str]:
+    return [key for key in store.list(backup.KEY_PREFIX)]
+
+
+def test_a_new_leader_backs_up_at_once_then_on_the_interval_or_after_enough_entries(tmp_path: Path) -> None:
+    h, leader, backups, store = _backups(tmp_path, interval=60, entries=3)
+    assert backups.due(leader.now)
+    written = asyncio.run(backups.write_once())
+    assert written is not None and _keys(store) == [written.key] and written.index == h.sm.applied_index
+    assert not backups.due(leader.now + 3_600_000)  # nothing changed: no new backup, however long
+    h.append("s", b"x")
+    assert not backups.due(leader.now + 59_000) and backups.due(leader.now + 60_000)
+    h.append("s", b"y")
+    h.append("s", b"z")
+    assert not backups.due(leader.now + 4_000)  # three entries, but within the minimum gap
+    assert backups.due(leader.now + 5_000)
+    leader.is_leader = False
+    assert not backups.due(leader.now + 60_000)
+
+
+def test_only_the_newest_backups_are_kept(tmp_path: Path) -> None:
+    h, leader, backups, store = _backups(tmp_path, keep=2)
+    indexes = []
+    for i in range(4):
+        h.append("s", b"%d" % i)
+        leader.now += 1000
+        written = asyncio.run(backups.write_once())
+        assert written is not None
+        indexes.append(written.index)
+    assert [backup.parse_key(k)[0] for k in _keys(store)] == indexes[-2:]  # type: ignore[index]
+
+
+def test_a_failing_store_is_retried_later_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    h, leader, backups, store = _backups(tmp_path)
+
+    def down(key: str, data: bytes) -> None:
+        raise StoreUnavailable("connection refused")
+
+    monkeypatch.setattr(store, "put", down)
+    assert asyncio.run(backups.write_once()) is None
+    assert (backups.errors, backups.last_error, backups.last) == (1, "connection refused", None)
+    assert not backups.due(leader.now + 9_000) and backups.due(leader.now + 10_000)
+    monkeypatch.undo()
+    assert asyncio.run(backups.write_once()) is not None and backups.last_error is None
+
+
+def test_the_recovery_point_age_counts_unsaved_metadata_and_unsealed_records(tmp_path: Path) -> None:
+    h, leader, backups, store = _backups(tmp_path)
+    backups._leading_since = leader.now
+    asyncio.run(backups.write_once())
+    assert backups.recovery_point_age(leader.now + 5_000, None) == 0  # nothing since the backup
+    assert backups.recovery_point_age(leader.now + 5_000, leader.now - 2_000) == 7.0  # a record unsealed 7 s
+    h.append("s", b"more")
+    assert backups.recovery_point_age(leader.now + 5_000, None) == 5.0  # a change the backup lacks
+    status = backups.status(leader.now + 5_000, None)
+    assert status["unprotected_bytes"] == h.sm.untiered_bytes and status["recovery_point_age_seconds"] == 5.0
+    leader.is_leader = False
+    assert backups.recovery_point_age(leader.now, None) is None
