@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from app.bench import cli as bench_cli
 from app.cli import cluster as cluster_cli
 from app.cli import data as commands
+from app.cli import restore as restore_cli
 from app.config import Settings, load_settings, parse_peers
 from app.observability import logs
 from app.pipeline import cli as pipeline_cli
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     cluster_cli.add_parser(sub)
     pipeline_cli.add_parser(sub)
     token_cli.add_parser(sub)
+    restore_cli.add_parser(sub)
     commands.add_parsers(sub)
     args = parser.parse_args(argv)
 
@@ -85,6 +87,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(pipeline_cli.main(args))
     if args.command == "token":
         token_cli.main(args)
+        return
+    if args.command == "restore":
+        restore_cli.main(args)
         return
     if args.command in commands.NAMES:
         raise SystemExit(commands.main(args))

@@ -1,0 +1,65 @@
+"""`rill restore`: rebuild a node's data directory from the object store (app/service/restore.py)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+from app.service.restore import RestoreError, restore
+from app.tiering.store import StoreOptions, StoreUnavailable, open_store
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "restore",
+        help="rebuild a data directory from the object store's state backups and segments",
+        description="Builds --data-dir from the newest state backup in the cold store (or the newest at or "
+        "before --at) and the segments sealed after it. Start it with `rill serve --data-dir D`: it is a "
+        "new one-node cluster; add nodes with `rill cluster add`.",
+    )
+    parser.add_argument(
+        "--from", dest="source", required=True, help="the cold store: s3://bucket/prefix or file:///dir"
+    )
+    parser.add_argument("--data-dir", type=Path, required=True, help="an empty directory for the restored node")
+    parser.add_argument("--at", help="a Raft index, or a time (ISO 8601, e.g. 2026-11-26T10:00:00Z)")
+    parser.add_argument("--s3-endpoint-url", help="S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO")
+    parser.add_argument("--s3-region")
+    parser.add_argument("--s3-path-style", action=argparse.BooleanOptionalAction, default=None)
+
+
+def parse_at(text: str | None) -> tuple[int | None, int | None]:
+    """(index, time in ms) from --at: digits are an index, anything else an ISO 8601 time."""
+    if text is None:
+        return None, None
+    if text.isdigit():
+        return int(text), None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SystemExit(f"rill restore: --at {text!r} is neither an index nor an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return None, int(moment.timestamp() * 1000)
+
+
+def main(args: argparse.Namespace) -> None:
+    at_index, at_time = parse_at(args.at)
+    options = StoreOptions(endpoint_url=args.s3_endpoint_url, region=args.s3_region, path_style=args.s3_path_style)
+    try:
+        store = open_store(args.source, options)
+        done = restore(store, args.data_dir, at_index, at_time)
+    except (RestoreError, StoreUnavailable, ValueError) as exc:
+        print(f"rill: error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    when = datetime.datetime.fromtimestamp(done.created_at / 1000, datetime.UTC).isoformat(timespec="seconds")
+    point = datetime.datetime.fromtimestamp(done.recovery_point / 1000, datetime.UTC).isoformat(timespec="seconds")
+    print(f"restored {args.data_dir} from {done.key}")
+    print(f"  state backup: index {done.index}, term {done.term}, taken {when}, {done.streams} streams")
+    print(f"  sealed after it: {done.segments_after} segments, {done.records_after} appends, {done.bytes_after} bytes")
+    print(f"  recovery point: {point} (appends acknowledged after it were not in the object store)")
+    if done.unknown_streams:
+        shown = ", ".join(done.unknown_streams[:10]) + (" ..." if len(done.unknown_streams) > 10 else "")
+        print(f"  not restored: {len(done.unknown_streams)} streams created after the backup ({shown})")
+    print(f"start it with: rill serve --data-dir {args.data_dir}")

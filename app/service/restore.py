@@ -1,0 +1,199 @@
+"""`rill restore`: a node's data directory rebuilt from the object store when every node's disk is lost.
+
+The newest state backup (or the newest at or before an index or a time) gives the state: buckets,
+streams, their configuration, producers, subscriptions and acknowledged offsets, the segments tiered
+until then, and the records not yet sealed when it was taken. Each stream's manifest then brings back
+the segments sealed after the backup: their records are the stream's again, and the producer that
+appended each one is remembered, so a producer's retry of such an append is still deduplicated.
+
+The node starts as a new one-node cluster (the backup's membership is dropped; its Raft log begins
+right after the backup's index); others join it with `rill cluster add`. Acknowledged appends that
+were neither in the backup nor in a sealed segment are lost: `Restored.lost_after` says from when.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from app.cluster.log_store import COLUMN_FAMILIES as LOG_COLUMN_FAMILIES
+from app.cluster.log_store import LogStore
+from app.raft.messages import HardState
+from app.state_machine import backup
+from app.state_machine import records as r
+from app.state_machine.export import load
+from app.storage.kv import KV, Batch
+from app.storage.rocks import RocksKV
+from app.storage.state_store import StateStore
+from app.tiering import keys
+from app.tiering import segment as seg
+from app.tiering.store import ObjectStore, sha256_hex
+
+
+class RestoreError(Exception):
+    """Nothing to restore from, or a data directory that is not empty: nothing was written."""
+
+
+@dataclass
+class Restored:
+    key: str
+    index: int
+    term: int
+    created_at: int  # ms: when the backup was taken
+    streams: int
+    segments_after: int = 0  # segments sealed after the backup, brought back from manifests
+    records_after: int = 0
+    bytes_after: int = 0
+    last_sealed_at: int = 0  # ms: the newest record brought back (0: none after the backup)
+    unknown_streams: list[str] = field(default_factory=list)  # manifests of streams the backup lacks
+
+    @property
+    def recovery_point(self) -> int:
+        """ms: appends acknowledged after this may be lost (the newer of the backup and the last seal)."""
+        return max(self.created_at, self.last_sealed_at)
+
+
+def backups(store: ObjectStore) -> list[tuple[int, str, str]]:
+    """(index, key, sha256) of every state backup in the store, oldest first."""
+    found = []
+    for key in store.list(backup.KEY_PREFIX):
+        parsed = backup.parse_key(key)
+        if parsed is not None:
+            found.append((parsed[0], key, parsed[1]))
+    return sorted(found)
+
+
+def choose(store: ObjectStore, at_index: int | None = None, at_time: int | None = None) -> tuple[str, bytes]:
+    """The key and bytes of the newest backup at or before `at_index` and `at_time` (ms)."""
+    for index, key, digest in reversed(backups(store)):
+        if at_index is not None and index > at_index:
+            continue
+        data = store.get(key)
+        header, _ = backup.decode(data, digest)
+        if at_time is not None and header.created_at > at_time:
+            continue
+        return key, data
+    wanted = "" if at_index is None and at_time is None else " at or before the point asked for"
+    raise RestoreError(f"the object store holds no state backup{wanted} under {backup.KEY_PREFIX}")
+
+
+def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_time: int | None = None) -> Restored:
+    """Builds `data_dir` (which must not hold a node already) from the store."""
+    for part in ("state", "raft"):
+        if (data_dir / part).exists():
+            raise RestoreError(f"{data_dir / part} exists: restore into an empty data directory")
+    key, data = choose(store, at_index, at_time)
+    header, frames = backup.decode(data)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    state = StateStore(data_dir, r.COLUMN_FAMILIES).open()
+    try:
+        for frame in frames:
+            load(state, frame)
+        done = Restored(key, header.index, header.term, header.created_at, header.streams)
+        _start_a_new_cluster(state)
+        for meta in list(_streams(state)):
+            if not meta.deleted:
+                _bring_back_sealed(store, state, meta, done)
+        done.unknown_streams = _unknown_streams(store, state)
+        state.sync_wal()
+    finally:
+        state.close()
+    log = RocksKV(data_dir / "raft", LOG_COLUMN_FAMILIES)
+    try:
+        # The log starts after the backup, as on a follower that installed it as a checkpoint.
+        LogStore(log).restore(header.index, header.term)
+        LogStore(log).save(HardState(term=header.term, vote=0, commit=header.index), [])
+    finally:
+        log.close()
+    return done
+
+
+def _start_a_new_cluster(state: KV) -> None:
+    """Drops the old cluster's membership: the node's own settings say who it is."""
+    batch = Batch()
+    batch.delete(r.SM_META, r.MEMBERSHIP_KEY)
+    state.write(batch)
+
+
+def _streams(state: KV) -> Iterator[r.StreamMeta]:
+    return (r.decode_meta(value) for _, value in state.scan(r.STREAMS, b""))
+
+
+def _manifest(store: ObjectStore, meta: r.StreamMeta) -> tuple[str, seg.Manifest] | None:
+    for key in keys.manifest_candidates(meta.bucket, meta.name):
+        try:
+            raw = store.get(key)
+        except KeyError:  # not there; an unreachable store raises StoreUnavailable and stops the restore
+            continue
+        return key.rsplit("/", 1)[0], seg.Manifest.from_json(raw)
+    return None
+
+
+def _bring_back_sealed(store: ObjectStore, state: KV, meta: r.StreamMeta, done: Restored) -> None:
+    """Records the stream's segments sealed after the backup, in order from its tiered offset."""
+    found = _manifest(store, meta)
+    if found is None:
+        return
+    directory, manifest = found
+    if manifest.bucket != meta.bucket or manifest.stream != meta.name:
+        return
+    by_start = {seg.offset_of(entry.first_offset): entry for entry in manifest.segments}
+    evicted_from = meta.evicted
+    batch = Batch()
+    while (entry := by_start.get(meta.tiered)) is not None:
+        segment_key = f"{directory}/{entry.path}"
+        data = store.get(segment_key)
+        if sha256_hex(data) != entry.sha256:
+            break  # not the object the manifest names: stop at what is certain
+        lo, hi = meta.tiered, seg.offset_of(entry.next_offset)
+        loaded = seg.load(data)
+        info = r.SegmentInfo(
+            lo, hi, segment_key, len(data), entry.sha256, entry.min_append_time, entry.max_append_time,
+            r.encode_starts(lo, loaded.positions),
+        )  # fmt: skip
+        batch.put(r.SEGMENTS, r.data_key(meta.sid, lo), r.encode(info))
+        for producer_id, after in _producers(data).items():
+            key = r.producer_key(meta.sid, producer_id)
+            known = state.get(r.PRODUCERS, key)
+            if known is None or r.decode_producer(known).next_pos < after.next_pos:  # only what is newer
+                batch.put(r.PRODUCERS, key, r.encode(after))
+        meta.tiered = meta.evicted = hi
+        meta.tail = max(meta.tail, hi)
+        done.segments_after += 1
+        done.records_after += len(loaded.positions)
+        done.bytes_after += hi - lo
+        done.last_sealed_at = max(done.last_sealed_at, entry.max_append_time)
+    if meta.evicted == evicted_from:
+        return
+    # The backup's local copies of what is now sealed are not needed: reads go to the segments.
+    batch.delete_range(r.DATA, r.data_key(meta.sid, evicted_from), r.data_key(meta.sid, meta.evicted))
+    batch.put(r.STREAMS, r.sid_key(meta.sid), r.encode(meta))
+    state.write(batch)
+
+
+def _producers(data: bytes) -> dict[str, r.ProducerState]:
+    """Each producer's last append in a segment: its epoch, seq and the tail after it."""
+    table = pq.read_table(io.BytesIO(data), columns=["next_offset", "producer_id", "producer_epoch", "producer_seq"])
+    last: dict[str, r.ProducerState] = {}
+    rows = zip(*(table.column(name).to_pylist() for name in table.column_names), strict=True)
+    for next_offset, producer_id, epoch, seq in rows:
+        if producer_id is not None:
+            last[producer_id] = r.ProducerState(epoch, seq, seg.offset_of(next_offset))
+    return last
+
+
+def _unknown_streams(store: ObjectStore, state: KV) -> list[str]:
+    """Streams with a manifest in the store that the backup does not name (created after it)."""
+    known = {(meta.bucket, meta.name) for meta in _streams(state)}
+    unknown = []
+    for key in store.list(""):
+        if not key.endswith("/manifest.json") or key.startswith(backup.KEY_PREFIX):
+            continue
+        parsed = seg.parse_key(key)
+        if parsed is not None and (parsed[0], parsed[1]) not in known:
+            unknown.append(f"{parsed[0]}/{parsed[1]}")
+    return sorted(unknown)
