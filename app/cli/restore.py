@@ -53,12 +53,13 @@ def main(args: argparse.Namespace) -> None:
     except (RestoreError, StoreUnavailable, ValueError) as exc:
         print(f"rill: error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
-    when = datetime.datetime.fromtimestamp(done.created_at / 1000, datetime.UTC).isoformat(timespec="seconds")
-    point = datetime.datetime.fromtimestamp(done.recovery_point / 1000, datetime.UTC).isoformat(timespec="seconds")
+    when = datetime.datetime.fromtimestamp(done.created_at / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+    point = datetime.datetime.fromtimestamp(done.recovery_point / 1000, datetime.UTC).isoformat(timespec="milliseconds")
     print(f"restored {args.data_dir} from {done.key}")
     print(f"  state backup: index {done.index}, term {done.term}, taken {when}, {done.streams} streams")
     print(f"  sealed after it: {done.segments_after} segments, {done.records_after} appends, {done.bytes_after} bytes")
-    print(f"  recovery point: {point} (appends acknowledged after it were not in the object store)")
+    print(f"  recovery point: {point} (every append acknowledged before it is restored; later ones only")
+    print("  where a segment sealed after the backup holds them)")
     if done.unknown_streams:
         shown = ", ".join(done.unknown_streams[:10]) + (" ..." if len(done.unknown_streams) > 10 else "")
         print(f"  not restored: {len(done.unknown_streams)} streams created after the backup ({shown})")

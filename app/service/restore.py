@@ -8,7 +8,8 @@ appended each one is remembered, so a producer's retry of such an append is stil
 
 The node starts as a new one-node cluster (the backup's membership is dropped; its Raft log begins
 right after the backup's index); others join it with `rill cluster add`. Acknowledged appends that
-were neither in the backup nor in a sealed segment are lost: `Restored.lost_after` says from when.
+were neither in the backup nor in a segment sealed after it are lost; `Restored.recovery_point` is the
+time before which nothing acknowledged is.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ class Restored:
 
     @property
     def recovery_point(self) -> int:
-        """ms: appends acknowledged after this may be lost (the newer of the backup and the last seal)."""
-        return max(self.created_at, self.last_sealed_at)
+        """ms: every append acknowledged before this is restored (it is in the backup, or in a segment
+        the backup names). Later ones are restored where a segment sealed after the backup holds them."""
+        return self.created_at
 
 
 def backups(store: ObjectStore) -> list[tuple[int, str, str]]:

@@ -174,6 +174,8 @@ def load(data: bytes) -> Loaded:
     """Decodes a segment; payloads are views into one decoded buffer, not a copy per record."""
     file = pq.ParquetFile(pa.BufferReader(data))
     meta = file.schema_arrow.metadata or {}
+    if int(meta.get(b"rill.format", b"1")) > FORMAT_VERSION:
+        raise ValueError(f"segment format {meta[b'rill.format'].decode()} is newer than this Rill reads")
     column = file.read(columns=["payload"]).column("payload").combine_chunks()
     _, offset_buffer, buffer = column.buffers()
     offsets = memoryview(offset_buffer).cast("i")[column.offset : column.offset + len(column) + 1].tolist()
@@ -231,5 +233,7 @@ class Manifest:
     @classmethod
     def from_json(cls, raw: bytes) -> Manifest:
         doc = json.loads(raw)
+        if doc.get("format", 1) > FORMAT_VERSION:
+            raise ValueError(f"manifest format {doc['format']} is newer than this Rill reads")
         segments = [SegmentEntry(**s) for s in doc.pop("segments")]
         return cls(segments=segments, **doc)
