@@ -60,7 +60,9 @@ def main(args: argparse.Namespace) -> None:
     print(f"  sealed after it: {done.segments_after} segments, {done.records_after} appends, {done.bytes_after} bytes")
     print(f"  recovery point: {point} (every append acknowledged before it is restored; later ones only")
     print("  where a segment sealed after the backup holds them)")
+    if done.new_streams:
+        print(f"  {done.new_streams} streams created after the backup, brought back from their manifests")
     if done.unknown_streams:
         shown = ", ".join(done.unknown_streams[:10]) + (" ..." if len(done.unknown_streams) > 10 else "")
-        print(f"  not restored: {len(done.unknown_streams)} streams created after the backup ({shown})")
+        print(f"  not restored: {len(done.unknown_streams)} forks created after the backup ({shown})")
     print(f"start it with: rill serve --data-dir {args.data_dir}")

@@ -5,6 +5,8 @@ streams, their configuration, producers, subscriptions and acknowledged offsets,
 until then, and the records not yet sealed when it was taken. Each stream's manifest then brings back
 the segments sealed after the backup: their records are the stream's again, and the producer that
 appended each one is remembered, so a producer's retry of such an append is still deduplicated.
+A stream created after the backup comes back from its manifest alone: its sealed records, content
+type and producers, not what only the lost state knew (a TTL, closure, attributes).
 
 The node starts as a new one-node cluster (the backup's membership is dropped; its Raft log begins
 right after the backup's index); others join it with `rill cluster add`. Acknowledged appends that
@@ -23,10 +25,12 @@ import pyarrow.parquet as pq
 
 from app.cluster.log_store import COLUMN_FAMILIES as LOG_COLUMN_FAMILIES
 from app.cluster.log_store import LogStore
+from app.domain.media import JSON, media_type
 from app.raft.messages import HardState
 from app.state_machine import backup
 from app.state_machine import records as r
 from app.state_machine.export import load
+from app.state_machine.table import BUILTIN_BUCKETS
 from app.storage.kv import KV, Batch
 from app.storage.rocks import RocksKV
 from app.storage.state_store import StateStore
@@ -50,7 +54,8 @@ class Restored:
     records_after: int = 0
     bytes_after: int = 0
     last_sealed_at: int = 0  # ms: the newest record brought back (0: none after the backup)
-    unknown_streams: list[str] = field(default_factory=list)  # manifests of streams the backup lacks
+    new_streams: int = 0  # created after the backup, brought back from their manifests
+    unknown_streams: list[str] = field(default_factory=list)  # manifests that could not be brought back
 
     @property
     def recovery_point(self) -> int:
@@ -99,8 +104,8 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
         _start_a_new_cluster(state)
         for meta in list(_streams(state)):
             if not meta.deleted:
-                _bring_back_sealed(store, state, meta, done)
-        done.unknown_streams = _unknown_streams(store, state)
+                _bring_back_sealed(store, state, meta, done, _manifest(store, meta))
+        _bring_back_new_streams(store, state, done)
         state.sync_wal()
     finally:
         state.close()
@@ -135,9 +140,10 @@ def _manifest(store: ObjectStore, meta: r.StreamMeta) -> tuple[str, seg.Manifest
     return None
 
 
-def _bring_back_sealed(store: ObjectStore, state: KV, meta: r.StreamMeta, done: Restored) -> None:
+def _bring_back_sealed(
+    store: ObjectStore, state: KV, meta: r.StreamMeta, done: Restored, found: tuple[str, seg.Manifest] | None
+) -> None:
     """Records the stream's segments sealed after the backup, in order from its tiered offset."""
-    found = _manifest(store, meta)
     if found is None:
         return
     directory, manifest = found
@@ -146,6 +152,7 @@ def _bring_back_sealed(store: ObjectStore, state: KV, meta: r.StreamMeta, done: 
     by_start = {seg.offset_of(entry.first_offset): entry for entry in manifest.segments}
     evicted_from = meta.evicted
     batch = Batch()
+    written = meta.tiered
     while (entry := by_start.get(meta.tiered)) is not None:
         segment_key = f"{directory}/{entry.path}"
         data = store.get(segment_key)
@@ -169,7 +176,7 @@ def _bring_back_sealed(store: ObjectStore, state: KV, meta: r.StreamMeta, done: 
         done.records_after += len(loaded.positions)
         done.bytes_after += hi - lo
         done.last_sealed_at = max(done.last_sealed_at, entry.max_append_time)
-    if meta.evicted == evicted_from:
+    if meta.tiered == written:
         return
     # The backup's local copies of what is now sealed are not needed: reads go to the segments.
     batch.delete_range(r.DATA, r.data_key(meta.sid, evicted_from), r.data_key(meta.sid, meta.evicted))
@@ -188,14 +195,39 @@ def _producers(data: bytes) -> dict[str, r.ProducerState]:
     return last
 
 
-def _unknown_streams(store: ObjectStore, state: KV) -> list[str]:
-    """Streams with a manifest in the store that the backup does not name (created after it)."""
+def _bring_back_new_streams(store: ObjectStore, state: KV, done: Restored) -> None:
+    """Streams created after the backup, from their manifests: their sealed records, content type and
+    producers come back; what only the lost state knew (TTL, closure, attributes) does not. A stream
+    that starts inside another's (a fork) cannot be, and is listed in `done.unknown_streams`."""
     known = {(meta.bucket, meta.name) for meta in _streams(state)}
-    unknown = []
+    queued = {key.decode() for key, _ in state.scan(r.GC_QUEUE, b"")}  # deleted before the backup
+    raw = state.get(r.SM_META, r.NEXT_SID_KEY)
+    next_sid = r.U64.unpack(raw)[0] if raw else 1
+    buckets = {key.decode() for key, _ in state.scan(r.BUCKETS, b"")} | set(BUILTIN_BUCKETS)
     for key in store.list(""):
-        if not key.endswith("/manifest.json") or key.startswith(backup.KEY_PREFIX):
+        if not key.endswith("/manifest.json") or key.startswith(backup.KEY_PREFIX) or key in queued:
             continue
-        parsed = seg.parse_key(key)
-        if parsed is not None and (parsed[0], parsed[1]) not in known:
-            unknown.append(f"{parsed[0]}/{parsed[1]}")
-    return sorted(unknown)
+        manifest = seg.Manifest.from_json(store.get(key))
+        if (manifest.bucket, manifest.stream) in known or not manifest.segments:
+            continue
+        if min(seg.offset_of(entry.first_offset) for entry in manifest.segments) != 0:
+            done.unknown_streams.append(f"{manifest.bucket}/{manifest.stream}")
+            continue
+        created = min(entry.min_append_time for entry in manifest.segments)
+        meta = r.StreamMeta(
+            next_sid, manifest.bucket, manifest.stream, manifest.content_type,
+            media_type(manifest.content_type) == JSON, created, created,
+        )  # fmt: skip
+        batch = Batch()
+        if manifest.bucket not in buckets:
+            batch.put(r.BUCKETS, manifest.bucket.encode(), r.U64.pack(created))
+            buckets.add(manifest.bucket)
+        batch.put(r.NAMES, r.name_key(meta.bucket, meta.name), r.sid_key(meta.sid))
+        batch.put(r.STREAMS, r.sid_key(meta.sid), r.encode(meta))
+        next_sid += 1
+        batch.put(r.SM_META, r.NEXT_SID_KEY, r.U64.pack(next_sid))
+        state.write(batch)
+        known.add((meta.bucket, meta.name))
+        _bring_back_sealed(store, state, meta, done, (key.rsplit("/", 1)[0], manifest))
+        done.new_streams += 1
+    done.unknown_streams.sort()

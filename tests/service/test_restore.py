@@ -137,3 +137,32 @@ def test_a_segment_that_is_not_what_the_manifest_names_stops_the_chain(
     store.put(last.key, b"not the segment")
     done = restore(store, tmp_path / "node")
     assert done.segments_after == 0  # the backup's own state is all that is certain
+
+
+def test_a_stream_created_after_the_backup_comes_back_from_its_manifest(
+    world: tuple[TH, FileStore, int], tmp_path: Path
+) -> None:
+    h, store, _ = world
+    h.create("gone", body=b"deleted before the backup")
+    _seal(h, store, "gone")
+    h.delete("gone")  # its objects are queued for deletion: the backup says so, nothing brings it back
+    _back_up(h, store, T0 + 9000)
+    h.create("newcomer", ct="application/json", body=b'{"a":1}')
+    h.append("newcomer", b'{"b":2}', ct="application/json", producer=Producer("q", 1, 0))
+    _seal(h, store, "newcomer")
+    h.create("after", body=b"only in a segment")
+    _seal(h, store, "after")
+    done = restore(store, tmp_path / "node")
+    assert done.new_streams == 2 and done.unknown_streams == []  # "newcomer" and "after"
+    machine = StateMachine(RocksKV(tmp_path / "node" / "state", r.COLUMN_FAMILIES))
+    try:
+        objects = {key: store.get(key) for key in store.list("") if key.endswith(".parquet")}
+        assert _content(machine, objects, "after") == b"only in a segment"
+        meta = machine.lookup(B, "newcomer")
+        assert meta is not None and meta.json and meta.content_type == "application/json"
+        producer = machine.kv.get(r.PRODUCERS, r.producer_key(meta.sid, "q"))
+        assert producer is not None and r.decode_producer(producer).epoch == 1
+        assert machine.lookup(B, "gone") is None
+        assert len({m.sid for m in machine.streams.values()}) == len(machine.streams)  # fresh ids
+    finally:
+        machine.kv.close()
