@@ -103,6 +103,7 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
         done = Restored(key, header.index, header.term, header.created_at, header.streams)
         _start_a_new_cluster(state)
         for meta in list(_streams(state)):
+            _evict_what_was_left_out(state, meta)
             if not meta.deleted:
                 _bring_back_sealed(store, state, meta, done, _manifest(store, meta))
         _bring_back_new_streams(store, state, done)
@@ -123,6 +124,16 @@ def _start_a_new_cluster(state: KV) -> None:
     """Drops the old cluster's membership: the node's own settings say who it is."""
     batch = Batch()
     batch.delete(r.SM_META, r.MEMBERSHIP_KEY)
+    state.write(batch)
+
+
+def _evict_what_was_left_out(state: KV, meta: r.StreamMeta) -> None:
+    """The backup left out the records below each stream's tiered offset: they are in segments only."""
+    if meta.evicted >= meta.tiered:
+        return
+    meta.evicted = meta.tiered
+    batch = Batch()
+    batch.put(r.STREAMS, r.sid_key(meta.sid), r.encode(meta))
     state.write(batch)
 
 

@@ -62,6 +62,8 @@ def world(tmp_path: Path) -> tuple[TH, FileStore, int]:
         h.append("s", b"before-%d;" % seq, producer=Producer("p", 0, seq))
     _seal(h, store, "s")
     h.create("quiet", body=b"never sealed")
+    h.create("early", body=b"sealed before the backup, still on local disk then")
+    _seal(h, store, "early")
     index = _back_up(h, store, T0 + 1000)
     for seq in range(3, 5):
         h.append("s", b"after-%d;" % seq, producer=Producer("p", 0, seq))
@@ -76,6 +78,7 @@ def _content(machine: StateMachine, objects: dict[str, bytes], name: str) -> byt
     pos, out = 0, b""
     while pos < meta.tail:
         chunk = machine.read(meta, pos, 1 << 20, DictCold(objects))
+        assert chunk.next_pos > pos, f"nothing readable at {pos} of {name}"
         out, pos = out + b"".join(chunk.payloads), chunk.next_pos
     return out
 
@@ -90,6 +93,7 @@ def test_the_backup_and_the_segments_after_it_come_back(world: tuple[TH, FileSto
         objects = {key: store.get(key) for key in store.list("") if key.endswith(".parquet")}
         assert _content(machine, objects, "s") == b"created;before-0;before-1;before-2;after-3;after-4;"
         assert _content(machine, objects, "quiet") == b"never sealed"  # local in the backup
+        assert _content(machine, objects, "early") == b"sealed before the backup, still on local disk then"
         meta = machine.lookup(B, "s")
         assert meta is not None and meta.tiered == meta.evicted == meta.tail
         producer = machine.kv.get(r.PRODUCERS, r.producer_key(meta.sid, "p"))
