@@ -25,6 +25,7 @@ import pytest
 
 from tests.moto import MotoS3
 from tests.server import RillCluster, RillProcess, free_port, read_to_tail
+from tests.subscriptions.helpers import claim as claim_subscription
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 ENV = {
@@ -76,18 +77,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _claim(url: str, worker: str, deadline: float) -> dict[str, object]:
-    while True:
-        try:
-            response = httpx.post(url + "/claim", json={"worker": worker}, timeout=5)
-            if response.status_code == 200:
-                return dict(response.json())
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "no claim was granted"
-        time.sleep(0.2)
-
-
 def test_a_cluster_restored_from_the_object_store_keeps_every_append_before_the_recovery_point(
     tmp_path: Path, moto: MotoS3
 ) -> None:
@@ -106,7 +95,7 @@ def test_a_cluster_restored_from_the_object_store_keeps_every_append_before_the_
             ]
             for n in range(20)
         ]
-        claim = _claim(sub, "worker-1", time.monotonic() + 10)
+        claim = claim_subscription(sub, "worker-1", time.monotonic() + 10)
         ack = {
             "wake_id": claim["wake_id"],
             "generation": claim["generation"],
@@ -180,7 +169,8 @@ def test_a_cluster_restored_from_the_object_store_keeps_every_append_before_the_
 
             orders = client.get(urls[0] + "/v1/stream/orders", params={"offset": "-1"}).json()
             assert [m["n"] for m in orders] == list(range(20))
-            resumed = _claim(urls[1] + "/v1/stream/__ds/subscriptions/group", "worker-2", time.monotonic() + 30)
+            group = urls[1] + "/v1/stream/__ds/subscriptions/group"
+            resumed = claim_subscription(group, "worker-2", time.monotonic() + 30)
             (stream,) = resumed["streams"]  # type: ignore[misc]
             assert stream["acked_offset"] == offsets[9]
 

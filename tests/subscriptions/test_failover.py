@@ -11,22 +11,10 @@ from pathlib import Path
 import httpx
 
 from tests.server import RillCluster
+from tests.subscriptions.helpers import claim as claim_subscription
 
 JSON = {"content-type": "application/json"}
 MESSAGES = 40
-
-
-def _claim(url: str, worker: str, deadline: float) -> dict[str, object]:
-    """Claims the subscription, retrying while the cluster elects a leader or an old lease runs out."""
-    while True:
-        try:
-            response = httpx.post(url + "/claim", json={"worker": worker}, timeout=5)
-            if response.status_code == 200:
-                return dict(response.json())
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "no claim was granted"
-        time.sleep(0.2)
 
 
 def test_acknowledged_offsets_survive_the_leader(tmp_path: Path) -> None:
@@ -45,7 +33,7 @@ def test_acknowledged_offsets_survive_the_leader(tmp_path: Path) -> None:
             appended = httpx.post(base + "/orders", headers=JSON, content=json.dumps({"n": n}).encode())
             offsets.append(appended.headers["stream-next-offset"])
 
-        claim = _claim(sub, "worker-1", time.monotonic() + 10)
+        claim = claim_subscription(sub, "worker-1", time.monotonic() + 10)
         half = offsets[MESSAGES // 2 - 1]
         ack = {
             "wake_id": claim["wake_id"],
@@ -57,7 +45,7 @@ def test_acknowledged_offsets_survive_the_leader(tmp_path: Path) -> None:
 
         cluster.nodes[leader].kill()  # SIGKILL: no handover
         survivor = cluster.nodes[second].url + "/v1/stream/__ds/subscriptions/group"
-        resumed = _claim(survivor, "worker-2", time.monotonic() + 30)  # worker-1's lease lapses first
+        resumed = claim_subscription(survivor, "worker-2", time.monotonic() + 30)  # worker-1's lease lapses first
         (stream,) = resumed["streams"]  # type: ignore[misc]
         assert stream["acked_offset"] == half
         with httpx.Client(timeout=10) as client:
