@@ -36,7 +36,7 @@ ENV = {
 }
 JSON = {"content-type": "application/json"}
 TEXT = {"content-type": "text/plain"}
-LOAD_SECONDS = 6
+LOAD_SECONDS = 3
 
 
 @pytest.fixture()
