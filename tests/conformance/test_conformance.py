@@ -64,18 +64,20 @@ def _base(server: RillProcess, family: str) -> str:
     return {"compat": server.url, "ds": server.url + "/ds/conformance", "legacy": server.url + "/streams"}[family]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_conformance_suite(server: RillProcess, family: str) -> None:
-    _run_suite(_base(server, family))
+def test_conformance_suite(server: RillProcess) -> None:
+    """The three route families at once, against one node (the suite names its streams uniquely)."""
+    _check_suites({family: _start_suite(_base(server, family)) for family in FAMILIES})
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_conformance_suite_with_auth_on(secured: tuple[RillProcess, str], family: str) -> None:
+def test_conformance_suite_with_auth_on(secured: tuple[RillProcess, str]) -> None:
     """Auth on: every request of the suite carries a write:* token (conformance.test.ts wraps fetch)."""
     server, token = secured
-    base = _base(server, family)
-    assert httpx.put(f"{base}/v1/stream/no-token-{family}", headers={"content-type": "text/plain"}).status_code == 401
-    _run_suite(base, token)
+    for family in FAMILIES:
+        base = _base(server, family)
+        assert (
+            httpx.put(f"{base}/v1/stream/no-token-{family}", headers={"content-type": "text/plain"}).status_code == 401
+        )
+    _check_suites({family: _start_suite(_base(server, family), token) for family in FAMILIES})
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +97,20 @@ def test_conformance_suite_through_a_follower(cluster: RillCluster) -> None:
     idle peer connections; reads must not notice."""
     leader = cluster.wait_for_leader()
     follower = cluster.nodes[next(i for i in cluster.nodes if i != leader)]
-    runs = [_start_suite(_base(follower, family), pause=(PAUSE_SECONDS, PAUSE_EVERY)) for family in FAMILIES]
-    for family, run in zip(FAMILIES, runs, strict=True):
-        _check_suite(f"{family} through a follower", run)
+    pause = (PAUSE_SECONDS, PAUSE_EVERY)
+    _check_suites(
+        {f"{family} through a follower": _start_suite(_base(follower, family), pause=pause) for family in FAMILIES}
+    )
 
 
-def _run_suite(base: str, token: str | None = None) -> None:
-    _check_suite(base, _start_suite(base, token))
+def _check_suites(runs: dict[str, subprocess.Popen[str]]) -> None:
+    """Waits for every run and checks each; none is left running if one fails."""
+    try:
+        for name, run in runs.items():
+            _check_suite(name, run)
+    finally:
+        for run in runs.values():
+            run.kill()
 
 
 def _start_suite(base: str, token: str | None = None, pause: tuple[float, int] | None = None) -> subprocess.Popen[str]:
