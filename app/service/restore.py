@@ -113,8 +113,9 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
     log = RocksKV(data_dir / "raft", LOG_COLUMN_FAMILIES)
     try:
         # The log starts after the backup, as on a follower that installed it as a checkpoint.
-        LogStore(log).restore(header.index, header.term)
-        LogStore(log).save(HardState(term=header.term, vote=0, commit=header.index), [])
+        raft_log = LogStore(log)
+        raft_log.restore(header.index, header.term)
+        raft_log.save(HardState(term=header.term, vote=0, commit=header.index), [])
     finally:
         log.close()
     return done
