@@ -89,6 +89,8 @@ class Settings(BaseSettings):
     s3_path_style: bool | None = Field(None, description="path-style addressing; default: on with an endpoint URL")
     segment_max_bytes: int = Field(8 << 20, ge=1, description="a segment is sealed at this size")
     segment_max_age: float = Field(60.0, gt=0, description="seconds after its first byte a segment is sealed")
+    pack_below_bytes: int = Field(1 << 20, ge=0, description="streams sealing less share a pack per bucket; 0: never")
+    merge_min_segments: int = Field(16, ge=2, description="a stream's small segments are merged once it has this many")
     local_disk_budget: int = Field(1 << 30, ge=0, description="bytes of tiered records kept on local disk")
     hot_backlog_budget: int = Field(2 << 30, ge=1, description="untiered bytes past which appends answer 503")
     cold_cache_bytes: int = Field(64 << 20, ge=1 << 20, description="segments kept in memory for cold reads")

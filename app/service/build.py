@@ -199,6 +199,8 @@ def build_node(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
         TieringConfig(
             segment_max_bytes=settings.segment_max_bytes,
             segment_max_age=settings.segment_max_age,
+            pack_below_bytes=settings.pack_below_bytes,
+            merge_min_segments=settings.merge_min_segments,
             local_disk_budget=settings.local_disk_budget,
             interval=settings.tiering_interval,
         ),

@@ -136,6 +136,25 @@ class TierSegment(msgspec.Struct, tag="ts", array_like=True):
     segment: SegmentInfo
 
 
+class TierPack(msgspec.Struct, tag="tp", array_like=True):
+    """Records a pack of bucket `bucket`, uploaded and verified: each slice (a stream's sid and its
+    SegmentInfo in the pack) is taken as TierSegment would take it, and the pack counts the ones taken."""
+
+    bucket: str
+    key: str
+    size: int
+    sha256: str
+    slices: list[tuple[int, SegmentInfo]]
+
+
+class MergeSegments(msgspec.Struct, tag="ms", array_like=True):
+    """Replaces stream `sid`'s segments that tile [segment.lo, segment.hi) exactly by `segment`, uploaded
+    and verified, which holds the same records; the replaced objects (or pack slices) are released."""
+
+    sid: int
+    segment: SegmentInfo
+
+
 class Evict(msgspec.Struct, tag="ev", array_like=True):
     """Drops the local copy of stream `sid`'s tiered records below `upto` (a segment end)."""
 
@@ -226,6 +245,8 @@ Command = (
     | Touch
     | CollectExpired
     | TierSegment
+    | TierPack
+    | MergeSegments
     | Evict
     | ForgetObjects
     | AppendBatch

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.state_machine import records as r
-from app.state_machine.cold_tier import dequeue_object, enqueue_object
+from app.state_machine.cold_tier import dequeue_object, enqueue_object, release_segment
 from app.state_machine.commands import Code, DeleteSnapshot, Outcome, PublishSnapshot, Retain, SetAttrs
 from app.state_machine.expiry import existing
 from app.state_machine.outcomes import history_outcome
@@ -109,6 +109,6 @@ def _trim(table: StreamTable, meta: r.StreamMeta, pos: int) -> None:
     for segment in list(segments(table, sid, lo, pos)):
         if segment.hi <= pos:
             table.unstage(r.SEGMENTS, r.data_key(sid, segment.lo))
-            enqueue_object(table, segment.key)
+            release_segment(table, sid, segment)
     meta.tiered = max(meta.tiered, pos)
     meta.evicted = max(meta.evicted, pos)

@@ -33,11 +33,13 @@ from app.state_machine.commands import (
     Evict,
     ForgetObjects,
     LinkStreams,
+    MergeSegments,
     Outcome,
     PublishSnapshot,
     PutSubscription,
     Retain,
     SetAttrs,
+    TierPack,
     TierSegment,
     Touch,
     Wake,
@@ -66,6 +68,8 @@ RULES: dict[type, Rule] = {
     PublishSnapshot: history.publish_snapshot,
     DeleteSnapshot: history.delete_snapshot,
     TierSegment: cold_tier.tier_segment,
+    TierPack: cold_tier.tier_pack,
+    MergeSegments: cold_tier.merge_segments,
     Evict: cold_tier.evict,
     ForgetObjects: cold_tier.forget_objects,
     PutSubscription: subscriptions.put_subscription,
@@ -257,6 +261,19 @@ class StateMachine:
         return (
             (r.data_pos(key), value) for key, value in self.kv.scan(r.DATA, r.data_key(sid, lo), r.data_key(sid, hi))
         )
+
+    def pack(self, key: str) -> r.PackInfo | None:
+        raw = self.kv.get(r.PACKS, key.encode())
+        return None if raw is None else r.decode_pack(raw)
+
+    def packs(self) -> Iterator[tuple[str, r.PackInfo]]:
+        """Every pack still recorded, in key order (one per many small streams' slices)."""
+        return ((key.decode(), r.decode_pack(value)) for key, value in self.kv.scan(r.PACKS, b""))
+
+    def pack_slices(self, key: str) -> Iterator[tuple[int, int]]:
+        """(sid, first position) of the pack's live slices."""
+        start = key.encode() + b"\0"
+        return (r.packed_slice(k) for k, _ in self.kv.scan(r.PACKED, start, start[:-1] + b"\1"))
 
     def snapshot_keys(self, sid: int) -> set[str]:
         """Object keys the stream's published snapshots name (the tiering worker keeps those objects)."""

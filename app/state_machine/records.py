@@ -19,9 +19,12 @@ SEGMENTS = "segments"  # sid, first position -> SegmentInfo (tiered to the objec
 GC_QUEUE = "gc_queue"  # object key -> b"": objects to delete from the object store
 STREAM_SNAPSHOTS = "stream_snapshots"  # sid, position -> PublishedSnapshot (applications' snapshots)
 SUBSCRIPTIONS = "subscriptions"  # bucket \0 root \0 id -> Subscription
+PACKS = "packs"  # pack object key -> PackInfo
+PACKED = "packed"  # pack key \0 sid, first position -> b"": the live slices of each pack
 # New families go at the end: a snapshot names a family by its position in this list.
 COLUMN_FAMILIES = [
     "default", BUCKETS, NAMES, STREAMS, DATA, PRODUCERS, SM_META, SEGMENTS, GC_QUEUE, STREAM_SNAPSHOTS, SUBSCRIPTIONS,
+    PACKS, PACKED,
 ]  # fmt: skip
 
 APPLIED_KEY = b"applied"  # index and term of the last applied entry
@@ -103,10 +106,19 @@ class SegmentInfo(msgspec.Struct, array_like=True, frozen=True):
     min_time: int
     max_time: int
     starts: bytes  # record starts relative to lo (encode_starts): boundaries survive eviction
+    # A slice of a pack (app/tiering/pack.py) has its rows at `row` of row group `group`; `size` and
+    # `sha256` are then the whole pack's, and `digest` is the SHA-256 of the slice's payloads.
+    group: int = -1
+    row: int = 0
+    digest: str = ""
 
     @property
     def records(self) -> int:
         return len(self.starts) // 4
+
+    @property
+    def packed(self) -> bool:
+        return self.group >= 0
 
     def record_starts(self) -> list[int]:
         """Where each of the segment's records starts."""
@@ -122,6 +134,26 @@ class SegmentInfo(msgspec.Struct, array_like=True, frozen=True):
                 return True
             lo, hi = (mid + 1, hi) if value < rel else (lo, mid)
         return False
+
+
+class PackInfo(msgspec.Struct, array_like=True):
+    """A pack in the object store and how many of its slices streams still hold."""
+
+    bucket: str
+    size: int
+    sha256: str
+    live: int  # slices still referenced; at 0 the pack and its index are queued for deletion
+    slices: int  # slices it was written with
+
+
+def packed_key(pack: str, sid: int, pos: int) -> bytes:
+    return pack.encode() + b"\0" + _POS.pack(sid, pos)
+
+
+def packed_slice(key: bytes) -> tuple[int, int]:
+    """(sid, first position) of a PACKED key."""
+    sid, pos = _POS.unpack(key[-16:])
+    return sid, pos
 
 
 def encode_starts(lo: int, positions: list[int]) -> bytes:
@@ -161,6 +193,13 @@ def decode_producer(raw: bytes) -> ProducerState:
 
 def decode_segment(raw: bytes) -> SegmentInfo:
     return _segment_decoder.decode(raw)
+
+
+_pack_decoder = msgspec.msgpack.Decoder(PackInfo)
+
+
+def decode_pack(raw: bytes) -> PackInfo:
+    return _pack_decoder.decode(raw)
 
 
 _retention_decoder = msgspec.msgpack.Decoder(tuple[int | None, int | None])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.state_machine import records as r
-from app.state_machine.cold_tier import enqueue_segment
+from app.state_machine.cold_tier import release_segment
 from app.state_machine.reader import segments
 from app.state_machine.snapshots import drop_snapshots
 from app.state_machine.table import StreamTable
@@ -19,8 +19,8 @@ def remove(table: StreamTable, meta: r.StreamMeta) -> None:
     sid = meta.sid
     table.untiered_bytes -= meta.tail - meta.tiered
     table.local_bytes -= meta.tail - meta.evicted
-    for segment in segments(table, sid, 0, meta.tail):
-        enqueue_segment(table, segment.key)
+    for segment in list(segments(table, sid, 0, meta.tail)):
+        release_segment(table, sid, segment, manifest=True)
     drop_snapshots(table, sid)
     table.batch.delete_range(r.SEGMENTS, r.sid_key(sid), r.sid_key(sid + 1))
     table.drop(meta)

@@ -2,7 +2,8 @@
 
 Reads are synchronous (`records`, the state machine's ColdSource); a miss raises ColdMiss, the
 caller awaits `fetch` and reads again. Fetches of one segment are shared, and every fetched
-object is checked against the size and digest recorded when it was tiered.
+object is checked against the size and digest recorded when it was tiered. A pack's slice is
+fetched alone (its row group's payloads, by a ranged GET) and checked against its own digest.
 """
 
 from __future__ import annotations
@@ -16,12 +17,19 @@ from app.runtime import blocking
 from app.state_machine.reader import ColdMiss
 from app.state_machine.records import SegmentInfo
 from app.tiering import segment as seg
+from app.tiering.pack import PackReader, slice_digest
 from app.tiering.store import ObjectStore, StoreUnavailable, sha256_hex
+
+
+def slot(segment: SegmentInfo) -> str:
+    """The cache's key for a segment: its object, or for a pack's slice the slice within it."""
+    return f"{segment.key}#{segment.group}:{segment.row}" if segment.packed else segment.key
 
 
 class SegmentCache:
     def __init__(self, store: ObjectStore, max_bytes: int = 64 << 20) -> None:
         self.store = store
+        self.packs = PackReader(store)
         self.max_bytes = max_bytes
         self._segments: OrderedDict[str, seg.Loaded] = OrderedDict()
         self._size = 0
@@ -34,16 +42,17 @@ class SegmentCache:
         self._missed: set[str] = set()
 
     def records(self, segment: SegmentInfo, lo: int, hi: int) -> Iterator[tuple[int, memoryview]]:
-        loaded = self._segments.get(segment.key)
+        key = slot(segment)
+        loaded = self._segments.get(key)
         if loaded is None:
             self.misses += 1
-            self._missed.add(segment.key)
+            self._missed.add(key)
             raise ColdMiss(segment)
-        if segment.key in self._missed:
-            self._missed.discard(segment.key)
+        if key in self._missed:
+            self._missed.discard(key)
         else:
             self.hits += 1
-        self._segments.move_to_end(segment.key)
+        self._segments.move_to_end(key)
         positions, payloads = loaded.positions, loaded.payloads
         i = bisect.bisect_right(positions, lo) - 1
         while i < len(positions) and positions[i] < hi:
@@ -52,35 +61,38 @@ class SegmentCache:
             i += 1
 
     def cached(self, segment: SegmentInfo) -> bool:
-        return segment.key in self._segments
+        return slot(segment) in self._segments
 
     def prefetch(self, segment: SegmentInfo) -> None:
         """Starts fetching a segment a sequential reader will want next; failures wait for the real read."""
-        if segment.key not in self._segments and segment.key not in self._fetching:
+        if slot(segment) not in self._segments and slot(segment) not in self._fetching:
             task = asyncio.ensure_future(self.fetch(segment))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def fetch(self, segment: SegmentInfo) -> None:
         """Loads the segment into the cache (StoreUnavailable if the store fails)."""
-        if segment.key in self._segments:
+        key = slot(segment)
+        if key in self._segments:
             return
-        pending = self._fetching.get(segment.key)
+        pending = self._fetching.get(key)
         if pending is None:
             pending = asyncio.ensure_future(self._load(segment))
-            self._fetching[segment.key] = pending
-            pending.add_done_callback(lambda _: self._fetching.pop(segment.key, None))
+            self._fetching[key] = pending
+            pending.add_done_callback(lambda _: self._fetching.pop(key, None))
         await asyncio.shield(pending)
 
     async def _load(self, segment: SegmentInfo) -> None:
         loaded = await blocking.run("cold", self._get_checked, segment)
         self.fetches += 1
-        self._segments[segment.key] = loaded
+        self._segments[slot(segment)] = loaded
         self._size += loaded.size
         while self._size > self.max_bytes and len(self._segments) > 1:
             _, old = self._segments.popitem(last=False)
             self._size -= old.size
 
     def _get_checked(self, segment: SegmentInfo) -> seg.Loaded:
+        if segment.packed:
+            return self._get_slice(segment)
         try:
             data = self.store.get(segment.key)
         except KeyError:
@@ -91,3 +103,19 @@ class SegmentCache:
         if loaded.positions[:1] != [segment.lo]:
             raise StoreUnavailable(f"segment {segment.key} does not start at {segment.lo}")
         return loaded
+
+    def _get_slice(self, segment: SegmentInfo) -> seg.Loaded:
+        try:
+            payloads = self.packs.payloads(segment.key, segment.size, segment.group, segment.row, segment.records)
+        except KeyError:
+            raise StoreUnavailable(f"pack {segment.key} is missing from the object store") from None
+        except (OSError, ValueError) as exc:  # a truncated or foreign object: pyarrow cannot read it
+            raise StoreUnavailable(f"pack {segment.key} cannot be read: {exc}") from exc
+        positions = segment.record_starts()
+        ends = [*positions[1:], segment.hi]
+        lengths_fit = len(payloads) == len(positions) and all(
+            b - a == len(p) for a, b, p in zip(positions, ends, payloads, strict=True)
+        )
+        if not lengths_fit or slice_digest(payloads) != segment.digest:
+            raise StoreUnavailable(f"pack {segment.key} does not hold the slice recorded at {segment.lo}")
+        return seg.Loaded(positions, payloads, segment.hi - segment.lo + 64 * len(payloads))

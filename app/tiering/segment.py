@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 from app.domain.offsets import format_offset
 from app.tiering import keys
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the Parquet files (segments and packs)
+MANIFEST_FORMAT = 2  # 2: entries may be slices of packs (`group` >= 0), with `path` relative to the manifest
 ROW_GROUP_BYTES = 1 << 20
 
 SCHEMA = pa.schema(
@@ -98,7 +99,7 @@ def build_view(bucket: str, stream: str, content_type: str, records: Sequence[Re
     columns = [f.name for f in schema if f.name != "payload"]
     with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=columns, use_dictionary=columns) as writer:
         for group in _row_groups(records):
-            writer.write_table(_table(bucket, stream, content_type, group, schema), row_group_size=len(group))
+            writer.write_table(table_of(bucket, stream, content_type, group, schema), row_group_size=len(group))
     return memoryview(sink.getvalue())
 
 
@@ -107,7 +108,7 @@ def arrow_stream(bucket: str, stream: str, content_type: str, records: Sequence[
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, SCHEMA) as writer:
         if records:
-            writer.write_table(_table(bucket, stream, content_type, records, SCHEMA))
+            writer.write_table(table_of(bucket, stream, content_type, records, SCHEMA))
     return sink.getvalue().to_pybytes()
 
 
@@ -132,7 +133,7 @@ def _row_groups(records: Sequence[Record]) -> list[Sequence[Record]]:
     return groups
 
 
-def _table(bucket: str, stream: str, content_type: str, records: Sequence[Record], schema: pa.Schema) -> pa.Table:
+def table_of(bucket: str, stream: str, content_type: str, records: Sequence[Record], schema: pa.Schema) -> pa.Table:
     n = len(records)
     producers = [rec.producer for rec in records]
     return pa.Table.from_arrays(
@@ -201,6 +202,9 @@ class SegmentEntry:
     sha256: str
     min_append_time: int  # ms
     max_append_time: int
+    group: int = -1  # a pack's slice: its row group, first row there, and SHA-256 of its payloads
+    row: int = 0
+    digest: str = ""
 
 
 def entry(bucket: str, stream: str, records: Sequence[Record], data: bytes) -> SegmentEntry:
@@ -225,15 +229,19 @@ class Manifest:
     stream: str
     content_type: str
     segments: list[SegmentEntry] = field(default_factory=list)
-    format: int = FORMAT_VERSION
+    format: int = MANIFEST_FORMAT
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), indent=1).encode()
+        doc = asdict(self)
+        for entry in doc["segments"]:
+            if entry["group"] < 0:  # a segment of its own: the fields of format 1 only
+                del entry["group"], entry["row"], entry["digest"]
+        return json.dumps(doc, indent=1).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> Manifest:
         doc = json.loads(raw)
-        if doc.get("format", 1) > FORMAT_VERSION:
+        if doc.get("format", 1) > MANIFEST_FORMAT:
             raise ValueError(f"manifest format {doc['format']} is newer than this Rill reads")
         segments = [SegmentEntry(**s) for s in doc.pop("segments")]
         return cls(segments=segments, **doc)

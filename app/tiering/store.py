@@ -70,6 +70,10 @@ class ObjectStore(Protocol):
         """The whole object; KeyError if it does not exist."""
         ...
 
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the object (fewer at its end); KeyError if it does not exist."""
+        ...
+
     def stat(self, key: str) -> ObjectInfo | None: ...
 
     def delete(self, key: str) -> None:
@@ -131,6 +135,16 @@ class FileStore:
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
+        except OSError as exc:
+            if self._missing(exc):
+                raise KeyError(key) from None
+            raise self._error(exc) from exc
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            with self._path(key).open("rb") as file:
+                file.seek(start)
+                return file.read(max(0, end - start))
         except OSError as exc:
             if self._missing(exc):
                 raise KeyError(key) from None
@@ -227,6 +241,15 @@ class S3Store:
         try:
             return body.read()
         except Exception as exc:  # a connection dropped mid-body
+            raise StoreUnavailable(f"get_object: {exc}") from exc
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        body = self._call("get_object", Key=self._key(key), Range=f"bytes={start}-{end - 1}")["Body"]
+        try:
+            return body.read()
+        except Exception as exc:
             raise StoreUnavailable(f"get_object: {exc}") from exc
 
     def stat(self, key: str) -> ObjectInfo | None:

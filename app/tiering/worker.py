@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import posixpath
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,12 +28,14 @@ from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
 from app.runtime import blocking
 from app.state_machine import records as r
+from app.state_machine.cold_tier import is_pack
 from app.state_machine.commands import Code, Command, Evict, ForgetObjects, Outcome, Retain, TierSegment
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import SegmentInfo, StreamMeta
 from app.tiering import keys
 from app.tiering import segment as seg
 from app.tiering.backoff import Backoff
+from app.tiering.packing import Packer
 from app.tiering.retention import retention_target
 from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256_hex
 
@@ -46,6 +49,8 @@ class TieringConfig:
     segment_max_bytes: int = 8 << 20
     segment_max_age: float = 60.0  # seconds after the first unsealed byte
     segment_max_records: int = 100_000  # bounds the boundary list a TierSegment entry carries
+    pack_below_bytes: int = 1 << 20  # streams sealing less than this share a pack with their bucket's others
+    merge_min_segments: int = 16  # a stream's small segments are merged into one once it has this many
     local_disk_budget: int = 1 << 30
     interval: float = 0.5
     retry_base: float = 1.0  # seconds before a failing stream's first retry; doubles per failure
@@ -89,6 +94,7 @@ class TieringWorker:
         # sid -> (tiered, the time of the record there): each pass would otherwise read it again.
         self._first_times: dict[int, tuple[int, int]] = {}
         self.oldest_unsealed: int | None = None  # ms: when the oldest record not yet in a segment was appended
+        self.packer = Packer(node, store, config, self._upload)
 
     def status(self) -> dict[str, Any]:
         now = self.node.now_ms()
@@ -100,6 +106,8 @@ class TieringWorker:
             "local_bytes": self.machine.local_bytes,
             "deletion_queue": self.deletion_queue(),
             "segments_uploaded": self.uploaded,
+            "packs_uploaded": self.packer.packed,
+            "segments_merged": self.packer.merged,
             "failing": self.failing.report(now),
             "failing_count": len(self.failing.failures),
             "deletions_failing": self.deletions.report(now, limit=10),
@@ -117,6 +125,7 @@ class TieringWorker:
                 self._published.clear()  # a later term republishes every manifest and retries everything
                 self.failing.clear()
                 self.deletions.clear()
+                self.packer.forget()
                 continue
             try:
                 await self.run_once()
@@ -135,11 +144,15 @@ class TieringWorker:
         await self.node.read_barrier()
         self.failing.keep_only(lambda sid: sid in self.machine.streams)
         now = self.node.now_ms()
-        for meta in sorted(self._due(), key=lambda m: m.sid):
-            if self.failing.ready(meta.sid, now):
+        due = [meta for meta in sorted(self._due(), key=lambda m: m.sid) if self.failing.ready(meta.sid, now)]
+        packed = await self._pack(due)
+        for meta in due:
+            if meta.sid not in packed:
                 await self._isolated(meta, self._tier_stream)
         await self._retain()
         await self._publish_manifests()
+        await self.packer.publish_indexes()
+        await self.packer.merge_due(self._dir)
         await self._evict()
         await self._collect()
 
@@ -161,6 +174,30 @@ class TieringWorker:
             )  # fmt: skip
         else:
             self.failing.succeeded(meta.sid)
+
+    async def _pack(self, due: list[StreamMeta]) -> set[int]:
+        """Packs the small streams due, per bucket where two or more are; returns the sids packed."""
+        by_bucket: dict[str, list[StreamMeta]] = {}
+        for meta in due:
+            if self.packer.takes(meta):
+                by_bucket.setdefault(meta.bucket, []).append(meta)
+        done: set[int] = set()
+        for bucket, metas in by_bucket.items():
+            if len(metas) < 2:
+                continue
+            try:
+                done.update(meta.sid for meta in await self.packer.tier(bucket, metas))
+            except Exception as exc:
+                if isinstance(exc, ProtocolError) or (
+                    isinstance(exc, StoreUnavailable) and not isinstance(exc, KeyRejected)
+                ):
+                    raise
+                log.exception("packing %d streams of %r failed", len(metas), bucket)
+                for meta in metas:  # each is retried on its own backoff, alone or in a later pack
+                    self.failing.failed(meta.sid, self.node.now_ms(), str(exc) or type(exc).__name__,
+                                        bucket=meta.bucket, stream=meta.name)  # fmt: skip
+                    done.add(meta.sid)
+        return done
 
     async def _tier_stream(self, meta: StreamMeta) -> None:
         while self._is_due(meta) and self.machine.streams.get(meta.sid) is meta:
@@ -225,6 +262,7 @@ class TieringWorker:
             log.info("segment %r was not recorded (%s)", segment.key, outcome.code.value)
             return False
         self.uploaded += 1
+        self.packer.sealed_small(meta, segment)
         return True
 
     def _dir(self, meta: StreamMeta) -> str:
@@ -283,22 +321,26 @@ class TieringWorker:
         return meta.sid, meta.tiered, meta.earliest
 
     async def _publish(self, meta: StreamMeta) -> None:
+        """Writes the stream's manifest; a stream whose records are all in packs has none (the packs'
+        indexes list it), so small streams cost no object of their own."""
         version, directory = self._version(meta), self._manifest_dir(meta)
         manifest = self._manifest(meta, directory)
         key = f"{directory}/manifest.json"
-        await blocking.run("tiering", self.store.put, key, manifest.to_json())
+        if any(not entry.path.startswith("../") for entry in manifest.segments):
+            await blocking.run("tiering", self.store.put, key, manifest.to_json())
         self._published[(meta.bucket, meta.name)] = (version, key)
 
     def _manifest_dir(self, meta: StreamMeta) -> str:
         """The directory of the stream's own segments: its manifest goes beside them."""
-        first = next(iter(self.machine.segments(meta.sid, meta.fork_pos, meta.tiered)), None)
+        own = (s for s in self.machine.segments(meta.sid, meta.fork_pos, meta.tiered) if not s.packed)
+        first = next(own, None)
         return keys.dir_of(first.key) if first is not None else self._dir(meta)
 
     def _manifest(self, meta: StreamMeta, directory: str) -> seg.Manifest:
         prefix = directory + "/"
         entries = [
             seg.SegmentEntry(
-                path=s.key.removeprefix(prefix),
+                path=posixpath.relpath(s.key, directory) if s.packed else s.key.removeprefix(prefix),
                 first_offset=format_offset(s.lo),
                 next_offset=format_offset(s.hi),
                 records=s.records,
@@ -306,6 +348,9 @@ class TieringWorker:
                 sha256=s.sha256,
                 min_append_time=s.min_time,
                 max_append_time=s.max_time,
+                group=s.group,
+                row=s.row,
+                digest=s.digest,
             )
             for s in self.machine.segments(meta.sid, meta.fork_pos, meta.tiered)
         ]
@@ -368,6 +413,8 @@ class TieringWorker:
     def _referenced(self, key: str) -> bool:
         if key in self.node.uploading:
             return True
+        if is_pack(key):
+            return self.packer.referenced(key)
         parts = keys.split_dir(keys.dir_of(key))
         meta = None if parts is None else self._owner(*parts)
         if meta is None:

@@ -245,7 +245,7 @@ def test_manifest_json_round_trip() -> None:
     manifest = seg.Manifest("b", "s/\u00fc", "application/json", entries)
     raw = manifest.to_json()
     doc = json.loads(raw)
-    assert doc["format"] == seg.FORMAT_VERSION == 1
+    assert doc["format"] == seg.MANIFEST_FORMAT == 2
     assert (doc["bucket"], doc["stream"], doc["content_type"]) == ("b", "s/\u00fc", "application/json")
     assert doc["segments"][1] == {
         "path": entries[1].path,

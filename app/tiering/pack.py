@@ -1,0 +1,195 @@
+"""Packs: the sealed records of many small streams of one bucket in one Parquet object.
+
+A stream sealed by age with little data would otherwise make an object (and a manifest) of its
+own, so the object count would follow the number of streams rather than their bytes. A pack has
+the segments' schema and rows, each stream's records contiguous (a *slice*); row groups end only
+between slices, so a slice is read with one ranged GET of its row group's payload column once the
+pack's footer is known. pyarrow, Spark and DuckDB read a pack like any segment.
+
+Keys are `{bucket}/!packs/{digest}.parquet`, named by their content; `!` is never produced by
+percent-encoding, so no stream's directory can be called that. Each pack has an index beside it,
+`{digest}.json`, listing its live slices; the tiering worker rewrites it when a slice is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from app.tiering import segment as seg
+from app.tiering.store import ObjectStore
+
+FORMAT_VERSION = 1  # of the index; the Parquet rows are the segments' (segment.FORMAT_VERSION)
+DIRECTORY = "!packs"
+GROUP_BYTES = 256 << 10  # a row group closes at the first slice boundary past this
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One stream's records to pack."""
+
+    stream: str
+    content_type: str
+    records: Sequence[seg.Record]
+
+
+@dataclass(frozen=True)
+class Placement:
+    group: int  # row group of the pack
+    row: int  # the slice's first row in that group
+
+
+def pack_key(bucket: str, digest: str) -> str:
+    return f"{bucket}/{DIRECTORY}/{digest[:40]}.parquet"
+
+
+def index_key(key: str) -> str:
+    return key.removesuffix(".parquet") + ".json"
+
+
+def is_pack_key(key: str) -> bool:
+    """Whether a key is a pack or a pack's index (`{bucket}/!packs/…`)."""
+    parts = key.split("/")
+    return len(parts) == 3 and parts[1] == DIRECTORY
+
+
+def slice_digest(payloads: Sequence[bytes | memoryview]) -> str:
+    """What a slice's SegmentInfo records to check its records by: SHA-256 of the payloads in order."""
+    digest = hashlib.sha256()
+    for payload in payloads:
+        digest.update(payload)
+    return digest.hexdigest()
+
+
+def build(bucket: str, slices: Sequence[Slice]) -> tuple[memoryview, list[Placement]]:
+    """The pack's Parquet bytes, and where each slice landed."""
+    if not slices or any(not s.records for s in slices):
+        raise ValueError("a pack holds at least one slice, each of at least one record")
+    schema = seg.SCHEMA.with_metadata({b"rill.format": str(seg.FORMAT_VERSION).encode(), b"rill.kind": b"pack"})
+    columns = [f.name for f in schema if f.name != "payload"]
+    placements: list[Placement] = []
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=columns, use_dictionary=columns) as w:
+        tables: list[pa.Table] = []
+        group = rows = size = 0
+        for piece in slices:
+            placements.append(Placement(group, rows))
+            tables.append(seg.table_of(bucket, piece.stream, piece.content_type, piece.records, schema))
+            rows += len(piece.records)
+            size += sum(len(rec.payload) + 64 for rec in piece.records)
+            if size >= GROUP_BYTES:
+                w.write_table(pa.concat_tables(tables), row_group_size=rows)
+                tables, rows, size, group = [], 0, 0, group + 1
+        if tables:
+            w.write_table(pa.concat_tables(tables), row_group_size=rows)
+    return memoryview(sink.getvalue()), placements
+
+
+class RangedFile(io.RawIOBase):
+    """A store object as a seekable file that fetches each read with a ranged GET (pyarrow reads a
+    footer and then one column chunk at a time, so a slice costs one GET once the footer is known)."""
+
+    def __init__(self, store: ObjectStore, key: str, size: int) -> None:
+        self.store, self.key, self.size, self.pos = store, key, size, 0
+        self.gets = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n < 0 else min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        data = self.store.get_range(self.key, self.pos, end)
+        self.gets += 1
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class PackReader:
+    """Reads slices out of packs by ranged GETs, keeping the footers of recently read packs."""
+
+    def __init__(self, store: ObjectStore, max_footers: int = 256) -> None:
+        self.store = store
+        self.max_footers = max_footers
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+
+    def payloads(self, key: str, size: int, group: int, row: int, count: int) -> list[memoryview]:
+        """The payloads of rows [row, row + count) of row group `group` of the pack at `key`."""
+        footer = self._footers.get(key)
+        file = RangedFile(self.store, key, size)
+        parquet = pq.ParquetFile(file, metadata=footer)
+        if footer is None:
+            footer = parquet.metadata
+            self._footers[key] = footer
+            while len(self._footers) > self.max_footers:
+                self._footers.popitem(last=False)
+        self._footers.move_to_end(key)
+        if not 0 <= group < footer.num_row_groups or row + count > footer.row_group(group).num_rows:
+            raise ValueError(f"pack {key} has no rows {row}..{row + count} in row group {group}")
+        column = parquet.read_row_group(group, columns=["payload"], use_threads=False).column(0)
+        column = column.slice(row, count).combine_chunks()
+        _, offset_buffer, buffer = column.buffers()
+        offsets = memoryview(offset_buffer).cast("i")[column.offset : column.offset + count + 1].tolist()
+        blob = memoryview(buffer) if buffer is not None else memoryview(b"")
+        return [blob[a:b] for a, b in zip(offsets, offsets[1:], strict=False)]
+
+
+@dataclass
+class IndexEntry:
+    """One live slice as a pack's index lists it (offsets are tokens, as in manifests)."""
+
+    stream: str
+    content_type: str
+    first_offset: str
+    next_offset: str
+    records: int
+    group: int
+    row: int
+    sha256: str  # of the slice's payloads (`slice_digest`)
+    min_append_time: int
+    max_append_time: int
+
+
+@dataclass
+class PackIndex:
+    bucket: str
+    path: str  # the pack's file name, beside this index
+    size: int
+    sha256: str  # of the whole pack
+    slices: list[IndexEntry] = field(default_factory=list)
+    format: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> PackIndex:
+        doc = json.loads(raw)
+        if doc.get("format", 1) > FORMAT_VERSION:
+            raise ValueError(f"pack index format {doc['format']} is newer than this Rill reads")
+        slices = [IndexEntry(**s) for s in doc.pop("slices")]
+        return cls(slices=slices, **doc)

@@ -1,0 +1,232 @@
+"""The tiering worker's part for small streams: packing their sealed records together, publishing
+each pack's index, and merging a stream's small segments into one of its own.
+
+Streams due by age with little to seal are packed per bucket (app/tiering/pack.py), up to a pack's
+size or slice count, so the object count follows bytes rather than streams. A stream that keeps
+trickling collects a small segment per seal; once it has `merge_min_segments` of them, the records
+(still on local disk) are rewritten as one segment of its own and the small ones released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.domain.offsets import format_offset
+from app.runtime import blocking
+from app.state_machine import records as r
+from app.state_machine.cold_tier import pack_index_of
+from app.state_machine.commands import Code, MergeSegments, TierPack
+from app.state_machine.machine import StateMachine
+from app.state_machine.records import SegmentInfo, StreamMeta
+from app.tiering import pack as packs
+from app.tiering import segment as seg
+from app.tiering.store import ObjectStore, sha256_hex
+
+if TYPE_CHECKING:
+    from app.tiering.worker import Proposer, TieringConfig
+
+log = logging.getLogger("rill.tiering")
+
+MAX_SLICES = 5_000  # per pack: bounds the TierPack entry (about 100 bytes a slice)
+
+
+@dataclass
+class Built:
+    data: memoryview
+    command: TierPack
+
+
+class Packer:
+    def __init__(
+        self,
+        node: Proposer,
+        store: ObjectStore,
+        config: TieringConfig,
+        upload: Callable[[SegmentInfo, bytes | memoryview], None],
+    ) -> None:
+        self.node = node
+        self.machine = node.machine
+        self.store = store
+        self.config = config
+        self.upload = upload
+        self.packed = 0
+        self.merged = 0
+        self._indexes: dict[str, int] = {}  # pack key -> live slices its published index lists
+        self._small: dict[int, int] = {}  # sid -> small segments sealed since its last merge (this term)
+
+    def forget(self) -> None:
+        """Leadership was lost: a later term republishes every index."""
+        self._indexes.clear()
+        self._small.clear()
+
+    def takes(self, meta: StreamMeta) -> bool:
+        """Whether a stream due now goes into a pack: it has little to seal."""
+        return 0 < meta.tail - meta.tiered < self.config.pack_below_bytes
+
+    async def tier(self, bucket: str, metas: list[StreamMeta]) -> list[StreamMeta]:
+        """Packs the streams of one bucket, as many packs as they need; returns the ones taken."""
+        taken: list[StreamMeta] = []
+        start = 0
+        while start < len(metas):
+            end, size = start, 0
+            while end < len(metas) and end - start < MAX_SLICES and size < self.config.segment_max_bytes:
+                size += metas[end].tail - metas[end].tiered
+                end += 1
+            taken += await self._tier_one(bucket, metas[start:end])
+            start = end
+        return taken
+
+    async def _tier_one(self, bucket: str, metas: list[StreamMeta]) -> list[StreamMeta]:
+        built = await blocking.run("tiering", self._build, bucket, metas)
+        if built is None:
+            return []
+        info = SegmentInfo(0, 0, built.command.key, built.command.size, built.command.sha256, 0, 0, b"")
+        await blocking.run("tiering", self.upload, info, built.data)
+        command = built.command
+        del built
+        seg.release_memory()
+        outcome = await self.node.submit(command)
+        if outcome.code is not Code.OK or outcome.next_pos == 0:
+            log.info("pack %r was not recorded (%s)", command.key, outcome.code.value)
+            return []
+        self.packed += 1
+        taken = [self.machine.streams[sid] for sid, _ in command.slices if sid in self.machine.streams]
+        for meta in taken:
+            self._small[meta.sid] = self._small.get(meta.sid, 0) + 1
+        return taken
+
+    def _build(self, bucket: str, metas: list[StreamMeta]) -> Built | None:
+        """A pack of what each stream has to seal now (streams that moved on meanwhile are left out)."""
+        slices: list[packs.Slice] = []
+        ranges: list[tuple[StreamMeta, list[seg.Record]]] = []
+        for meta in metas:
+            records = _records(self.machine, meta.sid, meta.tiered, meta.tail)
+            if records:
+                slices.append(packs.Slice(meta.name, meta.content_type, records))
+                ranges.append((meta, records))
+        if not slices:
+            return None
+        data, placements = packs.build(bucket, slices)
+        digest = sha256_hex(data)
+        key = packs.pack_key(bucket, digest)
+        entries = []
+        for (meta, records), place in zip(ranges, placements, strict=True):
+            lo, hi = records[0].pos, records[-1].pos + len(records[-1].payload)
+            times = [rec.time for rec in records]
+            starts = r.encode_starts(lo, [rec.pos for rec in records])
+            digest_of = packs.slice_digest([rec.payload for rec in records])
+            # Key, size and digest of the pack are the command's: apply fills them in for every slice.
+            info = SegmentInfo(lo, hi, "", 0, "", min(times), max(times), starts, place.group, place.row, digest_of)
+            entries.append((meta.sid, info))
+        return Built(data, TierPack(bucket, key, len(data), digest, entries))
+
+    async def publish_indexes(self) -> None:
+        """Writes the index of each pack whose live slices changed since its last one."""
+        for key, info in list(self.machine.packs()):
+            if info.live <= 0 or self._indexes.get(key) == info.live:
+                continue
+            index = await blocking.run("tiering", self._index, key, info)
+            await blocking.run("tiering", self.store.put, pack_index_of(key), index.to_json())
+            self._indexes[key] = info.live
+
+    def _index(self, key: str, info: r.PackInfo) -> packs.PackIndex:
+        index = packs.PackIndex(info.bucket, key.rsplit("/", 1)[1], info.size, info.sha256)
+        for sid, lo in self.machine.pack_slices(key):
+            meta, segment = self.machine.streams.get(sid), self.machine.segment_at(sid, lo)
+            if meta is None or segment is None or segment.key != key:
+                continue
+            index.slices.append(
+                packs.IndexEntry(
+                    meta.name,
+                    meta.content_type,
+                    format_offset(segment.lo),
+                    format_offset(segment.hi),
+                    segment.records,
+                    segment.group,
+                    segment.row,
+                    segment.digest,
+                    segment.min_time,
+                    segment.max_time,
+                )  # fmt: skip
+            )
+        return index
+
+    def referenced(self, key: str) -> bool:
+        """Whether a pack (or its index) still holds a live slice."""
+        info = self.machine.pack(key.removesuffix(".json") + ".parquet" if key.endswith(".json") else key)
+        return info is not None and info.live > 0
+
+    async def merge_due(self, directory_of: Callable[[StreamMeta], str]) -> None:
+        """Merges the small segments of streams that collected `merge_min_segments` of them."""
+        due = [sid for sid, n in self._small.items() if n >= self.config.merge_min_segments]
+        for sid in due:
+            self._small.pop(sid, None)
+            meta = self.machine.streams.get(sid)
+            if meta is not None and not meta.deleted:
+                while await self._merge_one(meta, directory_of(meta)):
+                    pass
+
+    def sealed_small(self, meta: StreamMeta, segment: SegmentInfo) -> None:
+        """Notes a segment of its own sealed small (by age), for the merge count."""
+        if segment.hi - segment.lo < self.config.segment_max_bytes // 2:
+            self._small[meta.sid] = self._small.get(meta.sid, 0) + 1
+
+    async def _merge_one(self, meta: StreamMeta, directory: str) -> bool:
+        run = self._run(meta)
+        if run is None:
+            return False
+        built = await blocking.run("tiering", self._build_merged, meta, run[0], run[1], directory)
+        if built is None:
+            return False
+        segment, data = built
+        await blocking.run("tiering", self.upload, segment, data)
+        del data, built
+        outcome = await self.node.submit(MergeSegments(meta.sid, segment))
+        if outcome.code is not Code.OK:
+            log.info("merged segment %r was not recorded (%s)", segment.key, outcome.code.value)
+            return False
+        self.merged += 1
+        return True
+
+    def _run(self, meta: StreamMeta) -> tuple[int, int] | None:
+        """The first run of two or more small segments still on local disk, up to a segment's size."""
+        limit, small = self.config.segment_max_bytes, self.config.segment_max_bytes // 2
+        start = max(meta.fork_pos, meta.evicted)
+        run: list[SegmentInfo] = []
+        for segment in self.machine.segments(meta.sid, start, meta.tiered):
+            fits = segment.lo >= start and (segment.packed or segment.hi - segment.lo < small)
+            if fits and (not run or segment.hi - run[0].lo <= limit):
+                run.append(segment)
+                continue
+            if len(run) >= 2:
+                break
+            run = [segment] if fits else []
+        return (run[0].lo, run[-1].hi) if len(run) >= 2 else None
+
+    def _build_merged(
+        self, meta: StreamMeta, lo: int, hi: int, directory: str
+    ) -> tuple[SegmentInfo, memoryview] | None:
+        records = _records(self.machine, meta.sid, lo, hi)
+        if not records or records[-1].pos + len(records[-1].payload) != hi:
+            return None
+        data = seg.build_view(meta.bucket, meta.name, meta.content_type, records)
+        times = [rec.time for rec in records]
+        key = f"{directory}/segments/{format_offset(lo)}-{format_offset(hi)}.parquet"
+        starts = r.encode_starts(lo, [rec.pos for rec in records])
+        return SegmentInfo(lo, hi, key, len(data), sha256_hex(data), min(times), max(times), starts), data
+
+
+def _records(machine: StateMachine, sid: int, lo: int, hi: int) -> list[seg.Record]:
+    """The stream's local records in [lo, hi), or none if they are not all there."""
+    out: list[seg.Record] = []
+    expected = lo
+    for pos, value in machine.stored_records(sid, lo, hi):
+        if pos != expected:
+            return []
+        payload = r.record_payload(value)
+        out.append(seg.Record(pos, r.record_time(value), payload, r.record_producer(value)))
+        expected = pos + len(payload)
+    return out if expected == hi else []
