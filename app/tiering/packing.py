@@ -159,15 +159,21 @@ class Packer:
         info = self.machine.pack(key.removesuffix(".json") + ".parquet" if key.endswith(".json") else key)
         return info is not None and info.live > 0
 
-    async def merge_due(self, directory_of: Callable[[StreamMeta], str]) -> None:
-        """Merges the small segments of streams that collected `merge_min_segments` of them."""
+    async def merge_due(self, directory_of: Callable[[StreamMeta], str]) -> list[StreamMeta]:
+        """Merges the small segments of streams that collected `merge_min_segments` of them; returns
+        the streams merged (their manifests list other segments now)."""
         due = [sid for sid, n in self._small.items() if n >= self.config.merge_min_segments]
+        merged = []
         for sid in due:
             self._small.pop(sid, None)
             meta = self.machine.streams.get(sid)
-            if meta is not None and not meta.deleted:
+            if meta is None or meta.deleted:
+                continue
+            if await self._merge_one(meta, directory_of(meta)):
+                merged.append(meta)
                 while await self._merge_one(meta, directory_of(meta)):
                     pass
+        return merged
 
     def sealed_small(self, meta: StreamMeta, segment: SegmentInfo) -> None:
         """Notes a segment of its own sealed small (by age), for the merge count."""

@@ -152,7 +152,8 @@ class TieringWorker:
         await self._retain()
         await self._publish_manifests()
         await self.packer.publish_indexes()
-        await self.packer.merge_due(self._dir)
+        for meta in await self.packer.merge_due(self._dir):
+            self._published.pop((meta.bucket, meta.name), None)  # republished next pass
         await self._evict()
         await self._collect()
 

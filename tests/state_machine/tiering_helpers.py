@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 from app.raft.messages import Entry
 from app.state_machine import records as r
-from app.state_machine.commands import Code, Evict, Outcome, TierSegment
+from app.state_machine.commands import Code, Evict, MergeSegments, Outcome, TierPack, TierSegment
 from app.state_machine.machine import StateMachine
 from app.storage.kv import MemoryKV
+from app.tiering import pack as packs
 from app.tiering import segment as seg
 from app.tiering.store import sha256_hex
 from tests.state_machine.helpers import OCTET, B, H, dump
@@ -39,13 +40,28 @@ class DictCold:
         self.calls.append((segment.key, lo, hi))
         data = self.objects[segment.key]
         assert (len(data), sha256_hex(data)) == (segment.size, segment.sha256)
-        loaded = seg.load(data)
-        assert loaded.positions[0] == segment.lo
-        for pos, payload in zip(loaded.positions, loaded.payloads, strict=True):
+        if segment.packed:
+            pieces = _slice(data, segment)
+        else:
+            loaded = seg.load(data)
+            assert loaded.positions[0] == segment.lo
+            pieces = list(zip(loaded.positions, loaded.payloads, strict=True))
+        for pos, payload in pieces:
             if pos + len(payload) <= lo or pos >= hi:
                 continue
             view = memoryview(payload)
             yield (lo, view[lo - pos :]) if pos < lo else (pos, view)
+
+
+def _slice(data: bytes, segment: r.SegmentInfo) -> list[tuple[int, memoryview]]:
+    """A pack slice's records, read the way the cache reads them (its rows of its row group)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(pa.BufferReader(data)).read_row_group(segment.group, columns=["payload"])["payload"]
+    payloads = [memoryview(p) for p in column.slice(segment.row, segment.records).to_pylist()]
+    assert packs.slice_digest(payloads) == segment.digest
+    return list(zip(segment.record_starts(), payloads, strict=True))
 
 
 class TH(H):
@@ -81,6 +97,30 @@ class TH(H):
         starts = b"".join(U32.pack(rec.pos - lo) for rec in recs)
         times = [rec.time for rec in recs] or [0]
         return tier_cmd(meta.sid, lo, hi, key, len(data), sha256_hex(data), min(times), max(times), starts)
+
+    def pack_cmd(self, *names: str, bucket: str = B) -> TierPack:
+        """The TierPack the worker would propose for each stream's records tiered .. tail, in one pack."""
+        metas = [self.m(name) for name in names]
+        recs = [self.own_records(meta, meta.tiered, meta.tail) for meta in metas]
+        slices = [packs.Slice(m.name, m.content_type, rs) for m, rs in zip(metas, recs, strict=True)]
+        data, placements = packs.build(bucket, slices)
+        key = packs.pack_key(bucket, sha256_hex(data))
+        self.objects[key] = bytes(data)
+        given = []
+        for meta, rs, place in zip(metas, recs, placements, strict=True):
+            lo, hi = rs[0].pos, rs[-1].pos + len(rs[-1].payload)
+            times = [rec.time for rec in rs]
+            starts = r.encode_starts(lo, [rec.pos for rec in rs])
+            digest = packs.slice_digest([rec.payload for rec in rs])
+            info = r.SegmentInfo(lo, hi, "", 0, "", min(times), max(times), starts, place.group, place.row, digest)
+            given.append((meta.sid, info))
+        return TierPack(bucket, key, len(data), sha256_hex(data), given)
+
+    def merge_cmd(self, name: str, lo: int, hi: int) -> MergeSegments:
+        """The MergeSegments the worker would propose for records [lo, hi) (still on local disk)."""
+        tiered = self.segment_cmd(name, hi, lo)
+        meta = self.m(name)
+        return MergeSegments(meta.sid, tiered.segment)
 
     def tier(self, name: str, hi: int | None = None) -> Outcome:
         return self.one(self.segment_cmd(name, hi))

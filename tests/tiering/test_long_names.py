@@ -21,7 +21,8 @@ LONG = "long-" + "a" * 295  # 300 characters
 CJK = "日本語のストリーム名前" * 3  # 33 characters, 99 bytes
 KIB = "k" * 1024
 FAST = ("--segment-max-age", "0.2", "--local-disk-budget", "0")
-FAST_ENV = {"RILL_TIERING_INTERVAL": "0.1"}
+# No packs: these tests are about each stream's own directory (tests/tiering/test_packing.py has packs).
+FAST_ENV = {"RILL_TIERING_INTERVAL": "0.1", "RILL_PACK_BELOW_BYTES": "0"}
 
 
 def url(name: str) -> str:

@@ -55,7 +55,8 @@ class Harness:
         self.node = Node(self.h)
         self.root = root
         self.store = store or FileStore(root)
-        config = TieringConfig(segment_max_age=0.0, local_disk_budget=1 << 30, retry_jitter=0.0)
+        # No packs: these tests are about each stream's own objects (tests/tiering/test_packing.py has packs).
+        config = TieringConfig(segment_max_age=0.0, local_disk_budget=1 << 30, retry_jitter=0.0, pack_below_bytes=0)
         self.worker = TieringWorker(self.node, self.store, config)
 
     def write(self, name: str, data: bytes) -> None:
