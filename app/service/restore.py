@@ -2,11 +2,12 @@
 
 The newest state backup (or the newest at or before an index or a time) gives the state: buckets,
 streams, their configuration, producers, subscriptions and acknowledged offsets, the segments tiered
-until then, and the records not yet sealed when it was taken. Each stream's manifest then brings back
-the segments sealed after the backup: their records are the stream's again, and the producer that
-appended each one is remembered, so a producer's retry of such an append is still deduplicated.
-A stream created after the backup comes back from its manifest alone: its sealed records, content
-type and producers, not what only the lost state knew (a TTL, closure, attributes).
+until then, and the records not yet sealed when it was taken. Each stream's manifest and its
+bucket's pack indexes (app/tiering/catalog.py) then bring back the segments and pack slices sealed
+after the backup: their records are the stream's again, and the producer that appended each one is
+remembered, so a producer's retry of such an append is still deduplicated. A stream created after
+the backup comes back from the object store alone: its sealed records, content type and producers,
+not what only the lost state knew (a TTL, closure, attributes).
 
 The node starts as a new one-node cluster (the backup's membership is dropped; its Raft log begins
 right after the backup's index); others join it with `rill cluster add`. Acknowledged appends that
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.cluster.log_store import COLUMN_FAMILIES as LOG_COLUMN_FAMILIES
@@ -34,7 +36,8 @@ from app.state_machine.table import BUILTIN_BUCKETS
 from app.storage.kv import KV, Batch
 from app.storage.rocks import RocksKV
 from app.storage.state_store import StateStore
-from app.tiering import keys
+from app.tiering import catalog
+from app.tiering import pack as packs
 from app.tiering import segment as seg
 from app.tiering.store import ObjectStore, sha256_hex
 
@@ -50,12 +53,12 @@ class Restored:
     term: int
     created_at: int  # ms: when the backup was taken
     streams: int
-    segments_after: int = 0  # segments sealed after the backup, brought back from manifests
+    segments_after: int = 0  # segments and pack slices sealed after the backup, brought back
     records_after: int = 0
     bytes_after: int = 0
     last_sealed_at: int = 0  # ms: the newest record brought back (0: none after the backup)
-    new_streams: int = 0  # created after the backup, brought back from their manifests
-    unknown_streams: list[str] = field(default_factory=list)  # manifests that could not be brought back
+    new_streams: int = 0  # created after the backup, brought back from the object store
+    unknown_streams: list[str] = field(default_factory=list)  # streams that could not be brought back
 
     @property
     def recovery_point(self) -> int:
@@ -102,11 +105,14 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
             load(state, frame)
         done = Restored(key, header.index, header.term, header.created_at, header.streams)
         _start_a_new_cluster(state)
+        found = catalog.read(store, catalog.listing(store))
+        reader = packs.PackReader(store)
+        packs_in_backup = {key.decode() for key, _ in state.scan(r.PACKS, b"")}
         for meta in list(_streams(state)):
             _evict_what_was_left_out(state, meta)
             if not meta.deleted:
-                _bring_back_sealed(store, state, meta, done, _manifest(store, meta))
-        _bring_back_new_streams(store, state, done)
+                _bring_back_sealed(store, reader, state, meta, done, found.get((meta.bucket, meta.name)))
+        _bring_back_new_streams(store, reader, state, done, found, packs_in_backup)
         state.sync_wal()
     finally:
         state.close()
@@ -142,42 +148,61 @@ def _streams(state: KV) -> Iterator[r.StreamMeta]:
     return (r.decode_meta(value) for _, value in state.scan(r.STREAMS, b""))
 
 
-def _manifest(store: ObjectStore, meta: r.StreamMeta) -> tuple[str, seg.Manifest] | None:
-    for key in keys.manifest_candidates(meta.bucket, meta.name):
-        try:
-            raw = store.get(key)
-        except KeyError:  # not there; an unreachable store raises StoreUnavailable and stops the restore
-            continue
-        return key.rsplit("/", 1)[0], seg.Manifest.from_json(raw)
-    return None
+@dataclass
+class _Sealed:
+    """One segment or pack slice read back: where its records start, and each producer's last append."""
+
+    info: r.SegmentInfo
+    records: int
+    producers: dict[str, r.ProducerState]
+
+
+def _read_entry(store: ObjectStore, reader: packs.PackReader, entry: catalog.Entry) -> _Sealed | None:
+    """The entry's object read and checked; None when it is not what the catalog names."""
+    if entry.packed:
+        table = reader.rows(entry.key, entry.size, entry.group, entry.row, entry.records, _ROW_COLUMNS)
+        if packs.slice_digest(table.column("payload").to_pylist()) != entry.digest:
+            return None
+        positions = [seg.offset_of(token) for token in table.column("offset").to_pylist()]
+    else:
+        data = store.get(entry.key)
+        if sha256_hex(data) != entry.sha256:
+            return None
+        table = pq.read_table(io.BytesIO(data), columns=_ROW_COLUMNS)
+        positions = seg.load(data).positions
+    if positions[:1] != [entry.first]:
+        return None
+    info = r.SegmentInfo(
+        entry.first, entry.next, entry.key, entry.size, entry.sha256, entry.min_append_time,
+        entry.max_append_time, r.encode_starts(entry.first, positions), entry.group, entry.row, entry.digest,
+    )  # fmt: skip
+    return _Sealed(info, len(positions), _producers(table))
 
 
 def _bring_back_sealed(
-    store: ObjectStore, state: KV, meta: r.StreamMeta, done: Restored, found: tuple[str, seg.Manifest] | None
+    store: ObjectStore,
+    reader: packs.PackReader,
+    state: KV,
+    meta: r.StreamMeta,
+    done: Restored,
+    found: catalog.StreamEntries | None,
 ) -> None:
-    """Records the stream's segments sealed after the backup, in order from its tiered offset."""
+    """Records the stream's segments and slices sealed after the backup, in order from its tiered offset."""
     if found is None:
         return
-    directory, manifest = found
-    if manifest.bucket != meta.bucket or manifest.stream != meta.name:
-        return
-    by_start = {seg.offset_of(entry.first_offset): entry for entry in manifest.segments}
+    by_start = {entry.first: entry for entry in found.entries}
     evicted_from = meta.evicted
     batch = Batch()
     written = meta.tiered
     while (entry := by_start.get(meta.tiered)) is not None:
-        segment_key = f"{directory}/{entry.path}"
-        data = store.get(segment_key)
-        if sha256_hex(data) != entry.sha256:
-            break  # not the object the manifest names: stop at what is certain
-        lo, hi = meta.tiered, seg.offset_of(entry.next_offset)
-        loaded = seg.load(data)
-        info = r.SegmentInfo(
-            lo, hi, segment_key, len(data), entry.sha256, entry.min_append_time, entry.max_append_time,
-            r.encode_starts(lo, loaded.positions),
-        )  # fmt: skip
-        batch.put(r.SEGMENTS, r.data_key(meta.sid, lo), r.encode(info))
-        for producer_id, after in _producers(data).items():
+        sealed = _read_entry(store, reader, entry)
+        if sealed is None:
+            break  # not the object the catalog names: stop at what is certain
+        lo, hi = meta.tiered, entry.next
+        batch.put(r.SEGMENTS, r.data_key(meta.sid, lo), r.encode(sealed.info))
+        if entry.packed:
+            _count_slice(state, batch, meta, sealed.info)
+        for producer_id, after in sealed.producers.items():
             key = r.producer_key(meta.sid, producer_id)
             known = state.get(r.PRODUCERS, key)
             if known is None or r.decode_producer(known).next_pos < after.next_pos:  # only what is newer
@@ -185,7 +210,7 @@ def _bring_back_sealed(
         meta.tiered = meta.evicted = hi
         meta.tail = max(meta.tail, hi)
         done.segments_after += 1
-        done.records_after += len(loaded.positions)
+        done.records_after += sealed.records
         done.bytes_after += hi - lo
         done.last_sealed_at = max(done.last_sealed_at, entry.max_append_time)
     if meta.tiered == written:
@@ -196,50 +221,73 @@ def _bring_back_sealed(
     state.write(batch)
 
 
-def _producers(data: bytes) -> dict[str, r.ProducerState]:
-    """Each producer's last append in a segment: its epoch, seq and the tail after it."""
-    table = pq.read_table(io.BytesIO(data), columns=["next_offset", "producer_id", "producer_epoch", "producer_seq"])
+def _count_slice(state: KV, batch: Batch, meta: r.StreamMeta, info: r.SegmentInfo) -> None:
+    """The pack holds one more live slice (a pack written after the backup is recorded here first)."""
+    key = info.key.encode()
+    raw = state.get(r.PACKS, key)  # a stream has one slice per pack: the batch puts none here yet
+    pack = r.decode_pack(raw) if raw else r.PackInfo(meta.bucket, info.size, info.sha256, 0, 0)
+    pack.live += 1
+    pack.slices += 1
+    batch.put(r.PACKS, key, r.encode(pack))
+    batch.put(r.PACKED, r.packed_key(info.key, meta.sid, info.lo), b"")
+
+
+_ROW_COLUMNS = ["offset", "next_offset", "producer_id", "producer_epoch", "producer_seq", "payload"]
+
+
+def _producers(table: pa.Table) -> dict[str, r.ProducerState]:
+    """Each producer's last append among the rows: its epoch, seq and the tail after it."""
     last: dict[str, r.ProducerState] = {}
-    rows = zip(*(table.column(name).to_pylist() for name in table.column_names), strict=True)
-    for next_offset, producer_id, epoch, seq in rows:
+    columns = [
+        table.column(name).to_pylist() for name in ("next_offset", "producer_id", "producer_epoch", "producer_seq")
+    ]
+    for next_offset, producer_id, epoch, seq in zip(*columns, strict=True):
         if producer_id is not None:
             last[producer_id] = r.ProducerState(epoch, seq, seg.offset_of(next_offset))
     return last
 
 
-def _bring_back_new_streams(store: ObjectStore, state: KV, done: Restored) -> None:
-    """Streams created after the backup, from their manifests: their sealed records, content type and
+def _bring_back_new_streams(
+    store: ObjectStore,
+    reader: packs.PackReader,
+    state: KV,
+    done: Restored,
+    found: dict[tuple[str, str], catalog.StreamEntries],
+    packs_known: set[str],
+) -> None:
+    """Streams created after the backup, from the object store: their sealed records, content type and
     producers come back; what only the lost state knew (TTL, closure, attributes) does not. A stream
-    that starts inside another's (a fork) cannot be, and is listed in `done.unknown_streams`."""
+    that starts inside another's (a fork) cannot be, and is listed in `done.unknown_streams`.
+
+    A stream the backup does not know was created after it, unless its objects say it was deleted
+    before: a segment queued for deletion, or a slice of a pack the backup knows (every slice of a
+    pack is recorded at once, so a stream missing from such a pack had been deleted)."""
     known = {(meta.bucket, meta.name) for meta in _streams(state)}
-    queued = {key.decode() for key, _ in state.scan(r.GC_QUEUE, b"")}  # deleted before the backup
+    queued = {key.decode() for key, _ in state.scan(r.GC_QUEUE, b"")}
     raw = state.get(r.SM_META, r.NEXT_SID_KEY)
     next_sid = r.U64.unpack(raw)[0] if raw else 1
     buckets = {key.decode() for key, _ in state.scan(r.BUCKETS, b"")} | set(BUILTIN_BUCKETS)
-    for key in store.list(""):
-        if not key.endswith("/manifest.json") or key.startswith(backup.KEY_PREFIX) or key in queued:
+    for (bucket, name), entries in sorted(found.items()):
+        live = [e for e in entries.entries if e.key not in queued and not (e.packed and e.key in packs_known)]
+        if (bucket, name) in known or not live or len(live) != len(entries.entries):
             continue
-        manifest = seg.Manifest.from_json(store.get(key))
-        if (manifest.bucket, manifest.stream) in known or not manifest.segments:
+        if live[0].first != 0:
+            done.unknown_streams.append(f"{bucket}/{name}")
             continue
-        if min(seg.offset_of(entry.first_offset) for entry in manifest.segments) != 0:
-            done.unknown_streams.append(f"{manifest.bucket}/{manifest.stream}")
-            continue
-        created = min(entry.min_append_time for entry in manifest.segments)
+        created = min(entry.min_append_time for entry in live)
         meta = r.StreamMeta(
-            next_sid, manifest.bucket, manifest.stream, manifest.content_type,
-            media_type(manifest.content_type) == JSON, created, created,
-        )  # fmt: skip
+            next_sid, bucket, name, entries.content_type, media_type(entries.content_type) == JSON, created, created
+        )
         batch = Batch()
-        if manifest.bucket not in buckets:
-            batch.put(r.BUCKETS, manifest.bucket.encode(), r.U64.pack(created))
-            buckets.add(manifest.bucket)
+        if bucket not in buckets:
+            batch.put(r.BUCKETS, bucket.encode(), r.U64.pack(created))
+            buckets.add(bucket)
         batch.put(r.NAMES, r.name_key(meta.bucket, meta.name), r.sid_key(meta.sid))
         batch.put(r.STREAMS, r.sid_key(meta.sid), r.encode(meta))
         next_sid += 1
         batch.put(r.SM_META, r.NEXT_SID_KEY, r.U64.pack(next_sid))
         state.write(batch)
         known.add((meta.bucket, meta.name))
-        _bring_back_sealed(store, state, meta, done, (key.rsplit("/", 1)[0], manifest))
+        _bring_back_sealed(store, reader, state, meta, done, entries)
         done.new_streams += 1
     done.unknown_streams.sort()

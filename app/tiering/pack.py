@@ -137,11 +137,10 @@ class PackReader:
         self.max_footers = max_footers
         self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
 
-    def payloads(self, key: str, size: int, group: int, row: int, count: int) -> list[memoryview]:
-        """The payloads of rows [row, row + count) of row group `group` of the pack at `key`."""
+    def rows(self, key: str, size: int, group: int, row: int, count: int, columns: list[str]) -> pa.Table:
+        """`columns` of rows [row, row + count) of row group `group` of the pack at `key`."""
         footer = self._footers.get(key)
-        file = RangedFile(self.store, key, size)
-        parquet = pq.ParquetFile(file, metadata=footer)
+        parquet = pq.ParquetFile(RangedFile(self.store, key, size), metadata=footer)
         if footer is None:
             footer = parquet.metadata
             self._footers[key] = footer
@@ -150,8 +149,11 @@ class PackReader:
         self._footers.move_to_end(key)
         if not 0 <= group < footer.num_row_groups or row + count > footer.row_group(group).num_rows:
             raise ValueError(f"pack {key} has no rows {row}..{row + count} in row group {group}")
-        column = parquet.read_row_group(group, columns=["payload"], use_threads=False).column(0)
-        column = column.slice(row, count).combine_chunks()
+        return parquet.read_row_group(group, columns=columns, use_threads=False).slice(row, count)
+
+    def payloads(self, key: str, size: int, group: int, row: int, count: int) -> list[memoryview]:
+        """The payloads of rows [row, row + count) of row group `group`, as views of one buffer."""
+        column = self.rows(key, size, group, row, count, ["payload"]).column(0).combine_chunks()
         _, offset_buffer, buffer = column.buffers()
         offsets = memoryview(offset_buffer).cast("i")[column.offset : column.offset + count + 1].tolist()
         blob = memoryview(buffer) if buffer is not None else memoryview(b"")

@@ -36,6 +36,7 @@ ENV = {
 }
 JSON = {"content-type": "application/json"}
 TEXT = {"content-type": "text/plain"}
+SMALL_STREAMS = 30
 LOAD_SECONDS = 3
 
 
@@ -103,6 +104,8 @@ def test_a_cluster_restored_from_the_object_store_keeps_every_append_before_the_
         }
         token = {"authorization": f"Bearer {claim['token']}"}
         assert httpx.post(sub + "/ack", json=ack, headers=token).status_code == 200
+        for i in range(SMALL_STREAMS):  # each too small for an object of its own: they share packs
+            assert httpx.put(f"{base}/small-{i}", headers=TEXT, content=b"small %d;" % i).status_code == 201
         assert httpx.put(base + "/events", headers=TEXT).status_code == 201
         producer = Producer(base + "/events")
         producer.start()
@@ -114,6 +117,7 @@ def test_a_cluster_restored_from_the_object_store_keeps_every_append_before_the_
     producer.join(10)
     for node in old.nodes.values():
         shutil.rmtree(node.data_dir)
+    assert any("/!packs/" in key for key in moto.keys("prod/")), "the small streams were packed"
 
     restored_dir = tmp_path / "new" / "node-1"
     done = _cli(
@@ -167,6 +171,8 @@ def test_a_cluster_restored_from_the_object_store_keeps_every_append_before_the_
             nxt = {**TEXT, "producer-id": "p", "producer-epoch": "0", "producer-seq": str(kept)}
             assert client.post(urls[0] + "/v1/stream/events", headers=nxt, content=b"next;").status_code in (200, 204)
 
+            for i in range(SMALL_STREAMS):
+                assert client.get(f"{urls[0]}/v1/stream/small-{i}", params={"offset": "-1"}).content == b"small %d;" % i
             orders = client.get(urls[0] + "/v1/stream/orders", params={"offset": "-1"}).json()
             assert [m["n"] for m in orders] == list(range(20))
             group = urls[1] + "/v1/stream/__ds/subscriptions/group"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,11 @@ from app.domain.offsets import format_offset
 from app.service.restore import RestoreError, restore
 from app.state_machine import backup
 from app.state_machine import records as r
+from app.state_machine.cold_tier import pack_index_of
 from app.state_machine.commands import Producer
 from app.state_machine.machine import StateMachine
 from app.storage.rocks import RocksKV
+from app.tiering import pack as packs
 from app.tiering import segment as seg
 from app.tiering.store import FileStore
 from tests.state_machine.helpers import T0, B
@@ -170,3 +173,78 @@ def test_a_stream_created_after_the_backup_comes_back_from_its_manifest(
         assert len({m.sid for m in machine.streams.values()}) == len(machine.streams)  # fresh ids
     finally:
         machine.kv.close()
+
+
+def _pack(h: TH, store: FileStore, *names: str, stale: tuple[str, ...] = ()) -> str:
+    """What the worker does for small streams: one pack, recorded, and its index (listing `stale` too,
+    as an index not yet rewritten after those streams were deleted)."""
+    cmd = h.pack_cmd(*names)
+    assert h.one(cmd).next_pos == len(names)
+    store.put(cmd.key, h.objects[cmd.key])
+    index = packs.PackIndex(B, cmd.key.rsplit("/", 1)[1], cmd.size, cmd.sha256)
+    for name, (_, given) in zip(names, cmd.slices, strict=True):
+        index.slices.append(
+            packs.IndexEntry(
+                name,
+                h.m(name).content_type,
+                format_offset(given.lo),
+                format_offset(given.hi),
+                given.records,
+                given.group,
+                given.row,
+                given.digest,
+                given.min_time,
+                given.max_time,
+            )  # fmt: skip
+        )
+    for name in stale:
+        index.slices.append(dataclasses.replace(index.slices[0], stream=name))
+    store.put(pack_index_of(cmd.key), index.to_json())
+    return cmd.key
+
+
+def test_packed_streams_come_back_and_a_stream_deleted_from_a_known_pack_stays_deleted(tmp_path: Path) -> None:
+    h = TH()
+    store = FileStore(tmp_path / "cold")
+    for name in ("a", "b", "c"):
+        h.create(name, body=f"{name}-before;".encode())
+    first = _pack(h, store, "a", "b", "c")
+    h.delete("c")
+    _back_up(h, store, T0 + 1000)
+    assert h.append("a", b"a-after;", producer=Producer("p", 2, 0)).code.name == "APPENDED"
+    h.append("b", b"b-after;")
+    second = _pack(h, store, "a", "b", stale=("c",))
+    for name in ("n1", "n2"):
+        h.create(name, body=f"{name} only in a pack".encode())
+    third = _pack(h, store, "n1", "n2")
+
+    done = restore(store, tmp_path / "node")
+    assert (done.segments_after, done.new_streams, done.unknown_streams) == (4, 2, [])
+    machine = StateMachine(RocksKV(tmp_path / "node" / "state", r.COLUMN_FAMILIES))
+    try:
+        objects = {key: store.get(key) for key in store.list("") if key.endswith(".parquet")}
+        assert _content(machine, objects, "a") == b"a-before;a-after;"
+        assert _content(machine, objects, "b") == b"b-before;b-after;"
+        assert _content(machine, objects, "n1") == b"n1 only in a pack"
+        assert machine.lookup(B, "c") is None
+        assert {key: info.live for key, info in machine.packs()} == {first: 2, second: 2, third: 2}
+        meta = machine.lookup(B, "a")
+        assert meta is not None and len(list(machine.pack_slices(second))) == 2
+        producer = machine.kv.get(r.PRODUCERS, r.producer_key(meta.sid, "p"))
+        assert producer is not None and r.decode_producer(producer) == r.ProducerState(2, 0, meta.tail)
+    finally:
+        machine.kv.close()
+
+
+def test_a_forged_pack_slice_stops_the_chain(tmp_path: Path) -> None:
+    h = TH()
+    store = FileStore(tmp_path / "cold")
+    for name in ("a", "b"):
+        h.create(name, body=b"before;")
+    _back_up(h, store, T0 + 1000)
+    key = _pack(h, store, "a", "b")
+    forged, _ = packs.build(B, [packs.Slice("a", "text/plain", [seg.Record(0, T0, b"BEFORE;")]),
+                               packs.Slice("b", "text/plain", [seg.Record(0, T0, b"before;")])])  # fmt: skip
+    store.put(key, forged)
+    done = restore(store, tmp_path / "node")
+    assert done.segments_after == 1  # b's slice is what its index says; a's is not
