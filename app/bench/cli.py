@@ -18,6 +18,7 @@ from app.bench.append import AppendOptions, run_append
 from app.bench.chaos.options import ChaosOptions
 from app.bench.cold import ColdOptions, run_cold
 from app.bench.fanout import FanoutOptions, run_fanout
+from app.bench.packing import PackingOptions, run_packing
 from app.bench.replay import ReplayOptions, run_replay
 from app.bench.report import markdown_table, print_results, write_json
 from app.bench.run import Run
@@ -36,6 +37,7 @@ WORKLOADS: dict[str, Workload] = {
 # Workloads that start the servers they measure, and report a table of their own.
 SELF_HOSTED: dict[str, tuple[type, Callable[[Any], dict[str, dict[str, Any]]]]] = {
     "cold": (ColdOptions, run_cold),
+    "packing": (PackingOptions, run_packing),
     "webhooks": (WebhookOptions, run_webhooks),
     "subscriptions": (SubscriptionOptions, run_subscriptions),
 }
@@ -66,6 +68,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         _add_options(p, options)
     cold = workloads.add_parser("cold", help="catch-up reads from the object store vs boto3 fetching the same objects")
     _add_options(cold, ColdOptions)
+    packed = workloads.add_parser(
+        "packing", help="objects, Spark planning and cold-read latency of many small streams, packed or not"
+    )
+    _add_options(packed, PackingOptions)
     hooks = workloads.add_parser("webhooks", help="webhook deliveries/s and latency with many subscriptions")
     _add_options(hooks, WebhookOptions)
     subs = workloads.add_parser(
