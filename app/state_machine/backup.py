@@ -15,12 +15,14 @@ object, so a backup is never overwritten and a reader can check what it got.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from typing import BinaryIO
 
 import msgspec
 
@@ -57,7 +59,11 @@ class Header:
 
 
 def backup_key(index: int, data: bytes) -> str:
-    return f"{KEY_PREFIX}{index:020d}-{hashlib.sha256(data).hexdigest()}.state"
+    return key_for(index, hashlib.sha256(data).hexdigest())
+
+
+def key_for(index: int, sha256: str) -> str:
+    return f"{KEY_PREFIX}{index:020d}-{sha256}.state"
 
 
 def parse_key(key: str) -> tuple[int, str] | None:
@@ -89,27 +95,43 @@ def pairs_to_keep(kv: KV, skipped: list[int] | None = None) -> Iterator[Pair]:
 
 
 def encode(kv: KV, created_at: int, node: int) -> tuple[Header, bytes]:
-    """The backup of `kv` (a store no one writes meanwhile: a RocksDB checkpoint)."""
+    """The backup of `kv` (a store no one writes meanwhile: a RocksDB checkpoint), in memory."""
+    out = io.BytesIO()
+    header, _ = write(kv, created_at, node, out)
+    return header, out.getvalue()
+
+
+def write(kv: KV, created_at: int, node: int, out: BinaryIO) -> tuple[Header, str]:
+    """Writes the backup of `kv` (which no one writes meanwhile) to `out` a frame at a time, so a
+    large state never sits in memory whole; returns its header and SHA-256. The header comes first
+    and holds counts, so the store is read twice: once to count, once to write."""
     index, term = r.decode_applied(kv.get(r.SM_META, r.APPLIED_KEY))
-    compressor = zlib.compressobj(6)
-    body: list[bytes] = []
     count, streams, skipped = 0, 0, [0]
-    frame: list[Pair] = []
-    size = 0
-    for pair in pairs_to_keep(kv, skipped):
-        frame.append(pair)
+    for position, _, _ in pairs_to_keep(kv, skipped):
         count += 1
-        streams += pair[0] == _POSITION[r.STREAMS]
-        size += len(pair[1]) + len(pair[2]) + 16
-        if size >= _FRAME_BYTES:
-            body.append(compressor.compress(_frame(frame)))
-            frame, size = [], 0
-    if frame:
-        body.append(compressor.compress(_frame(frame)))
-    body.append(compressor.flush())
+        streams += position == _POSITION[r.STREAMS]
     header = Header(FORMAT, index, term, created_at, node, streams, count, skipped[0], list(r.COLUMN_FAMILIES))
     head = json.dumps(asdict(header), separators=(",", ":")).encode()
-    return header, b"".join([MAGIC, _U32.pack(len(head)), head, *body])
+    digest = hashlib.sha256()
+
+    def emit(data: bytes) -> None:
+        digest.update(data)
+        out.write(data)
+
+    emit(MAGIC + _U32.pack(len(head)) + head)
+    compressor = zlib.compressobj(6)
+    frame: list[Pair] = []
+    size = 0
+    for pair in pairs_to_keep(kv):
+        frame.append(pair)
+        size += len(pair[1]) + len(pair[2]) + 16
+        if size >= _FRAME_BYTES:
+            emit(compressor.compress(_frame(frame)))
+            frame, size = [], 0
+    if frame:
+        emit(compressor.compress(_frame(frame)))
+    emit(compressor.flush())
+    return header, digest.hexdigest()
 
 
 def _frame(pairs: list[Pair]) -> bytes:
@@ -142,17 +164,23 @@ def decode(data: bytes, expected_sha256: str | None = None) -> tuple[Header, Ite
 
 
 def _frames(body: bytes, header: Header) -> Iterator[list[Pair]]:
+    """The frames, decompressed a piece at a time: a restore never holds the whole state twice."""
     positions = _renumbering(header.column_families)
-    try:
-        raw = zlib.decompress(body)
-    except zlib.error as exc:
-        raise BackupError(f"the backup's body is corrupt: {exc}") from None
-    offset = 0
-    while offset < len(raw):
-        (length,) = _U32.unpack_from(raw, offset)
-        pairs = msgspec.msgpack.decode(raw[offset + 4 : offset + 4 + length], type=list[tuple[int, bytes, bytes]])
-        offset += 4 + length
-        yield [(positions[position], key, value) for position, key, value in pairs]
+    inflate = zlib.decompressobj()
+    pending = b""
+    view = memoryview(body)
+    for start in range(0, len(body), _FRAME_BYTES):
+        try:
+            pending += inflate.decompress(view[start : start + _FRAME_BYTES])
+        except zlib.error as exc:
+            raise BackupError(f"the backup's body is corrupt: {exc}") from None
+        while len(pending) >= 4 and len(pending) >= 4 + _U32.unpack_from(pending)[0]:
+            (length,) = _U32.unpack_from(pending)
+            pairs = msgspec.msgpack.decode(pending[4 : 4 + length], type=list[tuple[int, bytes, bytes]])
+            pending = pending[4 + length :]
+            yield [(positions[position], key, value) for position, key, value in pairs]
+    if pending or not inflate.eof:
+        raise BackupError("the backup's body is cut short")
 
 
 def _renumbering(families: Iterable[str]) -> list[int]:

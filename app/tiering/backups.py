@@ -24,7 +24,7 @@ from app.state_machine.machine import StateMachine
 from app.state_machine.records import COLUMN_FAMILIES
 from app.storage.rocks import RocksKV
 from app.storage.state_store import StateStore
-from app.tiering.store import ObjectStore
+from app.tiering.store import ObjectStore, StoreUnavailable
 
 log = logging.getLogger("rill.backups")
 
@@ -102,10 +102,8 @@ class StateBackups:
         """Takes, uploads and prunes one backup; None (logged, retried later) if that failed."""
         now = self.node.now_ms()
         try:
-            header, data = await self._encode(now)
-            key = backup.backup_key(header.index, data)
-            await blocking.run("backups", self.store.put, key, data)
-            self.last = Written(key, header.index, header.created_at, len(data))
+            header, key, size = await self._write(now)
+            self.last = Written(key, header.index, header.created_at, size)
             self.written += 1
             self.last_error = None
             await blocking.run("backups", self._prune)
@@ -118,19 +116,39 @@ class StateBackups:
         log.info("state backup %s: index %d, %d bytes", self.last.key, self.last.index, self.last.size)
         return self.last
 
-    async def _encode(self, now: int) -> tuple[backup.Header, bytes]:
+    async def _write(self, now: int) -> tuple[backup.Header, str, int]:
+        """Takes and uploads a backup; returns its header, key and size."""
         kv = self.node.machine.kv
         if self.state_store is None or not isinstance(kv, RocksKV):
-            return backup.encode(kv, now, self.node_id)  # an in-memory store: encoded here, in one go
+            header, data = backup.encode(kv, now, self.node_id)  # an in-memory store: encoded here, in one go
+            key = backup.backup_key(header.index, data)
+            await blocking.run("backups", self.store.put, key, data)
+            return header, key, len(data)
         path = await blocking.run("backups", self.state_store.checkpoint, kv, "backup")
         try:
-            view = await blocking.run("backups", RocksKV, path, COLUMN_FAMILIES)
-            try:
-                return await blocking.run("backups", backup.encode, view, now, self.node_id)
-            finally:
-                view.close()
+            return await blocking.run("backups", self._write_from, path, now)
         finally:
             await blocking.run("backups", _remove, path)
+
+    def _write_from(self, checkpoint: Path, now: int) -> tuple[backup.Header, str, int]:
+        """Writes the backup of a checkpoint to a file beside it a frame at a time, then uploads the file
+        (in parts on S3): a large state is never held in memory whole."""
+        file = checkpoint.with_name(checkpoint.name + ".state")
+        view = RocksKV(checkpoint, COLUMN_FAMILIES)
+        try:
+            with open(file, "wb") as out:
+                header, sha256 = backup.write(view, now, self.node_id, out)
+        finally:
+            view.close()
+        try:
+            key, size = backup.key_for(header.index, sha256), file.stat().st_size
+            self.store.put_file(key, file, sha256)
+            info = self.store.stat(key)
+            if info is None or info.size != size or info.sha256 not in (None, sha256):
+                raise StoreUnavailable(f"uploaded {key} but the store holds something else")
+            return header, key, size
+        finally:
+            file.unlink(missing_ok=True)
 
     def _prune(self) -> None:
         """Deletes all but the newest `keep` backups (by index), whoever wrote them."""

@@ -13,10 +13,11 @@ import base64
 import errno
 import hashlib
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 from urllib.parse import unquote, urlsplit
 
 
@@ -64,6 +65,10 @@ class ObjectStore(Protocol):
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Writes the whole object atomically, recording its SHA-256."""
+        ...
+
+    def put_file(self, key: str, path: Path, sha256: str) -> None:
+        """Writes the file at `path` as the object, streamed (in parts where the store has them)."""
         ...
 
     def get(self, key: str) -> bytes:
@@ -115,12 +120,22 @@ class FileStore:
         return path
 
     def put(self, key: str, data: bytes | memoryview) -> None:
+        self._write(key, lambda fh: fh.write(data))
+
+    def put_file(self, key: str, path: Path, sha256: str) -> None:
+        def copy(fh: BinaryIO) -> None:
+            with open(path, "rb") as source:
+                shutil.copyfileobj(source, fh, 1 << 20)
+
+        self._write(key, copy)
+
+    def _write(self, key: str, fill: Callable[[BinaryIO], object]) -> None:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             with open(tmp, "wb") as fh:
-                fh.write(data)
+                fill(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
@@ -242,6 +257,19 @@ class S3Store:
             return body.read()
         except Exception as exc:  # a connection dropped mid-body
             raise StoreUnavailable(f"get_object: {exc}") from exc
+
+    def put_file(self, key: str, path: Path, sha256: str) -> None:
+        # boto3's transfer manager sends a large file in parts (several at once) and checksums each.
+        from boto3.exceptions import S3UploadFailedError
+
+        try:
+            self.client.upload_file(str(path), self.bucket, self._key(key), ExtraArgs={"Metadata": {"sha256": sha256}})
+        except S3UploadFailedError as exc:
+            raise StoreUnavailable(f"upload_file: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("botocore"):
+                raise StoreUnavailable(f"upload_file: {exc}") from exc
+            raise
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:

@@ -91,3 +91,29 @@ def test_the_recovery_point_age_counts_unsaved_metadata_and_unsealed_records(tmp
     assert status["unprotected_bytes"] == h.sm.untiered_bytes and status["recovery_point_age_seconds"] == 5.0
     leader.is_leader = False
     assert backups.recovery_point_age(leader.now, None) is None
+
+
+def test_a_backup_of_the_state_store_is_written_through_a_file_and_restores(tmp_path: Path) -> None:
+    from app.service.restore import restore
+    from app.state_machine import records as r
+    from app.storage.rocks import RocksKV
+    from app.storage.state_store import StateStore
+
+    state_store = StateStore(tmp_path / "node", r.COLUMN_FAMILIES)
+    h = TH(kv=state_store.open())  # type: ignore[arg-type]
+    for i in range(200):
+        h.create(f"s{i}", body=b"%d" % i * 5000)  # about 2 MiB in all, in several frames
+    leader = Leader(h.sm)
+    store = FileStore(tmp_path / "cold")
+    backups = StateBackups(leader, 1, store, state_store, BackupConfig())  # type: ignore[arg-type]
+    written = asyncio.run(backups.write_once())
+    assert written is not None and _keys(store) == [written.key]
+    assert not list((tmp_path / "node").rglob("*.state")), "the file is removed once uploaded"
+    h.kv.close()
+    restore(store, tmp_path / "restored")
+    again = StateMachine(RocksKV(tmp_path / "restored" / "state", r.COLUMN_FAMILIES))
+    try:
+        meta = again.lookup("b", "s199")
+        assert meta is not None and b"".join(again.read(meta, 0, 1 << 20).payloads) == b"199" * 5000
+    finally:
+        again.kv.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import random
 import time
 import uuid
@@ -345,3 +347,23 @@ def test_open_store_over_moto_writes_under_the_prefix(moto_s3: MotoS3) -> None:
     body = moto_s3.client().get_object(Bucket=moto_s3.bucket, Key=f"{prefix}/b/s/manifest.json")["Body"].read()
     assert body == b"{}"
     assert list(store.list("b/")) == ["b/s/manifest.json"]
+
+
+def test_put_file_streams_a_large_file_and_records_its_digest(store: ObjectStore, tmp_path: Path) -> None:
+    data = os.urandom(9 << 20)  # past boto3's multipart threshold (8 MiB): sent in parts on S3
+    source = tmp_path / "big.bin"
+    source.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    store.put_file("backups/big.state", source, digest)
+    assert store.get("backups/big.state") == data
+    info = store.stat("backups/big.state")
+    assert info is not None and info.size == len(data) and info.sha256 == digest
+
+
+def test_get_range_reads_part_of_an_object(store: ObjectStore) -> None:
+    store.put("r/obj", b"0123456789")
+    assert store.get_range("r/obj", 2, 5) == b"234"
+    assert store.get_range("r/obj", 8, 100) == b"89"  # cut at the end
+    assert store.get_range("r/obj", 4, 4) == b""
+    with pytest.raises(KeyError):
+        store.get_range("r/missing", 0, 4)
