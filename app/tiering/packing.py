@@ -36,7 +36,8 @@ MAX_SLICES = 5_000  # per pack: bounds the TierPack entry (about 100 bytes a sli
 @dataclass
 class Built:
     data: memoryview
-    command: TierPack
+    command: TierPack | None  # None: none of the streams had anything to seal any more
+    looked_at: int  # streams of the list considered (the rest wait for the next pack)
 
 
 class Packer:
@@ -71,44 +72,50 @@ class Packer:
         taken: list[StreamMeta] = []
         start = 0
         while start < len(metas):
-            end, size = start, 0
-            while end < len(metas) and end - start < MAX_SLICES and size < self.config.segment_max_bytes:
-                size += metas[end].tail - metas[end].tiered
-                end += 1
-            taken += await self._tier_one(bucket, metas[start:end])
-            start = end
+            done, looked_at = await self._tier_one(bucket, metas[start : start + MAX_SLICES])
+            taken += done
+            start += max(1, looked_at)
         return taken
 
-    async def _tier_one(self, bucket: str, metas: list[StreamMeta]) -> list[StreamMeta]:
+    async def _tier_one(self, bucket: str, metas: list[StreamMeta]) -> tuple[list[StreamMeta], int]:
+        """One pack from the first of `metas`; returns the streams taken and how many were looked at."""
         built = await blocking.run("tiering", self._build, bucket, metas)
-        if built is None:
-            return []
-        info = SegmentInfo(0, 0, built.command.key, built.command.size, built.command.sha256, 0, 0, b"")
+        if built.command is None:
+            return [], built.looked_at
+        command, looked_at = built.command, built.looked_at
+        info = SegmentInfo(0, 0, command.key, command.size, command.sha256, 0, 0, b"")
         await blocking.run("tiering", self.upload, info, built.data)
-        command = built.command
         del built
         seg.release_memory()
         outcome = await self.node.submit(command)
         if outcome.code is not Code.OK or outcome.next_pos == 0:
             log.info("pack %r was not recorded (%s)", command.key, outcome.code.value)
-            return []
+            return [], looked_at
         self.packed += 1
         taken = [self.machine.streams[sid] for sid, _ in command.slices if sid in self.machine.streams]
         for meta in taken:
             self._small[meta.sid] = self._small.get(meta.sid, 0) + 1
-        return taken
+        return taken, looked_at
 
-    def _build(self, bucket: str, metas: list[StreamMeta]) -> Built | None:
-        """A pack of what each stream has to seal now (streams that moved on meanwhile are left out)."""
+    def _build(self, bucket: str, metas: list[StreamMeta]) -> Built:
+        """A pack of what the first streams have to seal now, up to a segment's bytes and records (a
+        stream that moved on meanwhile is left out; one that grew gives at most `pack_below_bytes`)."""
         slices: list[packs.Slice] = []
         ranges: list[tuple[StreamMeta, list[seg.Record]]] = []
+        size = count = looked_at = 0
         for meta in metas:
-            records = _records(self.machine, meta.sid, meta.tiered, meta.tail)
+            records = _records(self.machine, meta.sid, meta.tiered, meta.tail, self.config.pack_below_bytes)
+            more = sum(len(rec.payload) for rec in records)
+            full = size + more > self.config.segment_max_bytes or count + len(records) > self.config.segment_max_records
+            if slices and full:
+                break
+            looked_at += 1
             if records:
                 slices.append(packs.Slice(meta.name, meta.content_type, records))
                 ranges.append((meta, records))
+                size, count = size + more, count + len(records)
         if not slices:
-            return None
+            return Built(memoryview(b""), None, looked_at)
         data, placements = packs.build(bucket, slices)
         digest = sha256_hex(data)
         key = packs.pack_key(bucket, digest)
@@ -121,7 +128,7 @@ class Packer:
             # Key, size and digest of the pack are the command's: apply fills them in for every slice.
             info = SegmentInfo(lo, hi, "", 0, "", min(times), max(times), starts, place.group, place.row, digest_of)
             entries.append((meta.sid, info))
-        return Built(data, TierPack(bucket, key, len(data), digest, entries))
+        return Built(data, TierPack(bucket, key, len(data), digest, entries), looked_at)
 
     async def publish_indexes(self) -> None:
         """Writes the index of each pack whose live slices changed since its last one."""
@@ -225,14 +232,18 @@ class Packer:
         return SegmentInfo(lo, hi, key, len(data), sha256_hex(data), min(times), max(times), starts), data
 
 
-def _records(machine: StateMachine, sid: int, lo: int, hi: int) -> list[seg.Record]:
-    """The stream's local records in [lo, hi), or none if they are not all there."""
+def _records(machine: StateMachine, sid: int, lo: int, hi: int, max_bytes: int = 0) -> list[seg.Record]:
+    """The stream's local records from `lo`: all of [lo, hi), or with `max_bytes` the first ones up to
+    about that many bytes; none if they are not all there."""
     out: list[seg.Record] = []
-    expected = lo
+    expected, size = lo, 0
     for pos, value in machine.stored_records(sid, lo, hi):
         if pos != expected:
             return []
         payload = r.record_payload(value)
         out.append(seg.Record(pos, r.record_time(value), payload, r.record_producer(value)))
         expected = pos + len(payload)
+        size += len(payload)
+        if max_bytes and size >= max_bytes:
+            return out
     return out if expected == hi else []

@@ -186,3 +186,22 @@ def test_a_damaged_pack_is_refused_not_served(p: Packing) -> None:
     assert meta is not None
     with pytest.raises(StoreUnavailable):
         asyncio.run(fresh.fetch(p.segments("b")[0]))
+
+
+def test_a_pack_stops_at_a_segment_s_records_and_a_grown_stream_gives_a_bounded_slice(tmp_path: Path) -> None:
+    p = Packing(tmp_path, segment_max_records=10)
+    for i in range(30):
+        p.write(f"s{i:02d}", b"one record")
+    p.run()
+    assert len([k for k in p.objects() if k.endswith(".parquet")]) == 3
+    assert all(p.segments(f"s{i:02d}")[0].packed for i in range(30))
+
+    grown = Packing(tmp_path / "grown", pack_below_bytes=4096)
+    for _ in range(20):
+        grown.write("big", b"k" * 1024)
+    meta = grown.h.meta("big")
+    assert meta is not None
+    built = grown.worker.packer._build(B, [meta])
+    assert built.command is not None and built.looked_at == 1
+    ((_, info),) = built.command.slices
+    assert (info.lo, info.hi) == (0, 4096), "a slice stops at pack_below_bytes, on a record boundary"
