@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from app.domain.offsets import format_offset
 from app.runtime import blocking
@@ -23,10 +22,8 @@ from app.state_machine.machine import StateMachine
 from app.state_machine.records import SegmentInfo, StreamMeta
 from app.tiering import pack as packs
 from app.tiering import segment as seg
+from app.tiering.proposer import Proposer, TieringConfig
 from app.tiering.store import ObjectStore, sha256_hex
-
-if TYPE_CHECKING:
-    from app.tiering.worker import Proposer, TieringConfig
 
 log = logging.getLogger("rill.tiering")
 

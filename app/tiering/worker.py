@@ -20,8 +20,7 @@ import logging
 import posixpath
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from app.counters.histogram import Histogram
 from app.domain.errors import ProtocolError
@@ -29,49 +28,19 @@ from app.domain.offsets import format_offset
 from app.runtime import blocking
 from app.state_machine import records as r
 from app.state_machine.cold_tier import is_pack
-from app.state_machine.commands import Code, Command, Evict, ForgetObjects, Outcome, Retain, TierSegment
-from app.state_machine.machine import StateMachine
+from app.state_machine.commands import Code, Evict, ForgetObjects, Retain, TierSegment
 from app.state_machine.records import SegmentInfo, StreamMeta
 from app.tiering import keys
 from app.tiering import segment as seg
 from app.tiering.backoff import Backoff
 from app.tiering.packing import Packer
+from app.tiering.proposer import Proposer, TieringConfig
 from app.tiering.retention import retention_target
 from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256_hex
 
 log = logging.getLogger("rill.tiering")
 
 DELETION_QUEUE_CAP = 100_000  # what `deletion_queue` counts up to
-
-
-@dataclass
-class TieringConfig:
-    segment_max_bytes: int = 8 << 20
-    segment_max_age: float = 60.0  # seconds after the first unsealed byte
-    segment_max_records: int = 100_000  # bounds the boundary list a TierSegment entry carries
-    pack_below_bytes: int = 1 << 20  # streams sealing less than this share a pack with their bucket's others
-    merge_min_segments: int = 16  # a stream's small segments are merged into one once it has this many
-    local_disk_budget: int = 1 << 30
-    interval: float = 0.5
-    retry_base: float = 1.0  # seconds before a failing stream's first retry; doubles per failure
-    retry_max: float = 300.0
-    retry_jitter: float = 0.2  # each delay is shortened by up to this fraction, at random
-
-
-class Proposer(Protocol):
-    """What the worker needs of its node: the applied state, a clock, and a way to propose."""
-
-    machine: StateMachine
-    uploading: set[str]  # keys being uploaded by others (snapshot publishes): never collected
-
-    @property
-    def is_leader(self) -> bool: ...
-
-    def now_ms(self) -> int: ...
-
-    async def submit(self, command: Command) -> Outcome: ...
-
-    async def read_barrier(self) -> None: ...
 
 
 class TieringWorker:
