@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from app.pipeline import register
 from app.pipeline.options import ReadOptions
-from app.pipeline.planning import plan, store_for
+from app.pipeline.planning import PlannedSegment, plan, store_for, units
 from app.tiering.segment import Manifest, Record, build, entry, manifest_key, segment_key
 from app.tiering.store import open_store
 
@@ -45,11 +45,11 @@ def spark_vs_pyarrow(
     def with_pyarrow(columns: list[str] | None) -> tuple[float, int, int]:
         started = time.perf_counter()
         payload = size = 0
-        for seg in segments:
-            data = store.get(seg.key)
+        for unit in units(segments):  # a segment, or a pack's planned slices
+            data = store.get(unit[0].key)
             size += len(data)
-            table = pq.read_table(pa.BufferReader(data), columns=columns)
-            payload += pc.sum(pc.binary_length(table["payload"])).as_py() or 0
+            for table in _tables(data, unit, columns):
+                payload += pc.sum(pc.binary_length(table["payload"])).as_py() or 0
         return time.perf_counter() - started, payload, size
 
     pa_runs = [with_pyarrow(None) for _ in range(rounds)]
@@ -95,6 +95,15 @@ def spark_vs_pyarrow(
         # Throughput ratio: 1.0 would be as fast as pyarrow.
         result[f"spark_{name}_vs_pyarrow"] = round(pa_seconds / seconds, 3)
     return result
+
+
+def _tables(data: bytes, unit: list[PlannedSegment], columns: list[str] | None) -> list[pa.Table]:
+    """A segment's rows, or the rows of the slices of a pack."""
+    if not unit[0].packed:
+        return [pq.read_table(pa.BufferReader(data), columns=columns)]
+    file = pq.ParquetFile(pa.BufferReader(data))
+    groups = {g: file.read_row_group(g, columns=columns) for g in sorted({s.group for s in unit})}
+    return [groups[s.group].slice(s.row, s.records) for s in unit]
 
 
 def _spark_sum(spark: Any, options: dict[str, str]) -> tuple[float, int]:

@@ -1,13 +1,16 @@
-"""The cold tier's segments, read for the `rill` data source: row groups and rows inside a read's bounds.
+"""The cold tier read for the `rill` data source: planned segments and pack slices, rows inside a read's bounds.
 
-The counterpart of app/pipeline/hot.py (the part of each stream still on the servers). Row groups are
-dropped by their Parquet statistics, then rows by their offset and append time. Batch reads
-(app/pipeline/datasource.py) and streaming reads (app/pipeline/streaming.py) both read through here.
+The counterpart of app/pipeline/hot.py (the part of each stream still on the servers). A segment of
+its own is fetched whole, its row groups dropped by their Parquet statistics. A slice of a pack is
+exactly its rows of one row group, read by ranged GETs: the pack's footer once per task, then one GET
+per row group that holds planned slices, never the rows of other streams around them. Rows are then
+kept by their offset and append time. Batch reads (app/pipeline/datasource.py) and streaming reads
+(app/pipeline/streaming.py) both read through here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,8 +18,12 @@ import pyarrow.parquet as pq
 
 from app.pipeline.messages import VALUE, explode, values
 from app.pipeline.options import Bounds, ReadOptions, micros
-from app.pipeline.planning import covering, store_for
+from app.pipeline.planning import PlannedSegment, covering, store_for
+from app.tiering.pack import RangedFile
 from app.tiering.segment import offset_of
+from app.tiering.store import ObjectStore
+
+Columns = list[str] | None  # None: all of them
 
 
 def pick_row_groups(meta: pq.FileMetaData, bounds: Bounds) -> list[int]:
@@ -35,12 +42,62 @@ def pick_row_groups(meta: pq.FileMetaData, bounds: Bounds) -> list[int]:
     return keep
 
 
-def segment_tables(data: bytes, bounds: Bounds) -> Iterator[pa.Table]:
+def segment_tables(data: bytes, bounds: Bounds, columns: Columns = None) -> Iterator[pa.Table]:
     """The row groups of a segment that may hold rows inside `bounds`, as read (the segments' schema)."""
     pf = pq.ParquetFile(pa.BufferReader(data))
     for group in pick_row_groups(pf.metadata, bounds):
         # One thread: Spark already runs a task per core, more would only contend with them.
-        yield pf.read_row_group(group, use_threads=False)
+        yield pf.read_row_group(group, columns=columns, use_threads=False)
+
+
+class PackSlices:
+    """Slices of packs for one task: each pack opened once (a GET for its footer), a row group read
+    with one ranged GET (pre_buffer coalesces its column chunks) and kept for the slices after it."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self._files: dict[str, pq.ParquetFile] = {}
+        self._group: tuple[tuple[str, int, tuple[str, ...] | None], pa.Table] | None = None
+
+    def _file(self, s: PlannedSegment) -> pq.ParquetFile:
+        if s.key not in self._files:
+            self._files[s.key] = pq.ParquetFile(RangedFile(self.store, s.key, s.size or s.bytes), pre_buffer=True)
+        return self._files[s.key]
+
+    def _row_group(self, s: PlannedSegment, columns: Columns) -> pa.Table:
+        which = (s.key, s.group, None if columns is None else tuple(columns))
+        if self._group is None or self._group[0] != which:
+            try:
+                file = self._file(s)
+                if s.group >= file.metadata.num_row_groups:
+                    raise ValueError(f"pack {s.key} has no row group {s.group}")
+                self._group = (which, file.read_row_group(s.group, columns=columns, use_threads=False))
+            except KeyError:  # the store's "no such object", from a ranged GET
+                raise FileNotFoundError(f"pack {s.key} listed in the catalog is missing") from None
+        return self._group[1]
+
+    def rows(self, s: PlannedSegment, columns: Columns = None) -> pa.Table:
+        """Exactly the slice's rows."""
+        table = self._row_group(s, columns)
+        if s.row + s.records > table.num_rows:
+            raise ValueError(f"pack {s.key} has no rows {s.row}..{s.row + s.records} in row group {s.group}")
+        piece = table.slice(s.row, s.records)
+        if "offset" in piece.column_names and piece["offset"][0].as_py() != s.first_offset:
+            raise ValueError(f"rows {s.row}.. of row group {s.group} of pack {s.key} are not {s.stream}'s slice")
+        return piece
+
+
+def planned_tables(
+    opts: ReadOptions, planned: Iterable[PlannedSegment], bounds: Bounds, columns: Columns = None
+) -> Iterator[pa.Table]:
+    """The rows of the planned entries that may be inside `bounds`: a segment's row groups that may hold
+    some, a slice's rows. `bounds` are applied to segments' row groups only, rows are left to the caller."""
+    slices = PackSlices(store_for(opts))
+    for s in planned:
+        if s.packed:
+            yield slices.rows(s, columns)
+        else:
+            yield from segment_tables(segment_bytes(opts, s.key), bounds, columns)
 
 
 def restrict(table: pa.Table, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -61,9 +118,11 @@ def restrict(table: pa.Table, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.
     yield from table.to_batches()
 
 
-def read_segment(data: bytes, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The segment's rows inside `bounds`, as batches of `schema`, a row group at a time."""
-    for table in segment_tables(data, bounds):
+def read_planned(
+    opts: ReadOptions, planned: Iterable[PlannedSegment], bounds: Bounds, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """The planned entries' rows inside `bounds`, as batches of `schema`, a row group or slice at a time."""
+    for table in planned_tables(opts, planned, bounds):
         yield from restrict(table, bounds, schema)
 
 
@@ -75,17 +134,16 @@ def segment_bytes(opts: ReadOptions, key: str) -> bytes:
 
 
 def segments_between(opts: ReadOptions, stream: str, lo: int, hi: int) -> Iterator[pa.Table]:
-    """The records of `stream` starting in [lo, hi), from its segments in the store."""
-    only, segments = covering(opts, stream, lo, hi)
-    for seg in segments:
-        for table in segment_tables(segment_bytes(opts, seg.key), only):
-            yield table.filter(only.offsets.mask(table["offset"], pa.string()))
+    """The records of `stream` starting in [lo, hi), from its segments and pack slices in the store."""
+    only, planned = covering(opts, stream, lo, hi)
+    for table in planned_tables(opts, planned, only):
+        yield table.filter(only.offsets.mask(table["offset"], pa.string()))
 
 
 def starts_between(opts: ReadOptions, stream: str, lo: int, hi: int) -> Iterator[int]:
-    """Where the appends of `stream` that start in [lo, hi) start, from the offsets in its segments."""
-    only, segments = covering(opts, stream, lo, hi)
-    for seg in segments:
-        offsets = pq.read_table(pa.BufferReader(segment_bytes(opts, seg.key)), columns=["offset"])["offset"]
+    """Where the appends of `stream` that start in [lo, hi) start, from the offsets in its cold entries."""
+    only, planned = covering(opts, stream, lo, hi)
+    for table in planned_tables(opts, planned, only, ["offset"]):
+        offsets = table["offset"]
         mask = only.offsets.mask(offsets, pa.string())
         yield from (offset_of(token) for token in (offsets if mask is None else offsets.filter(mask)).to_pylist())

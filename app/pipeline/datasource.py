@@ -1,10 +1,11 @@
-"""The `rill` Spark data source: the cold tier's segments and the hot tails as a DataFrame.
+"""The `rill` Spark data source: the cold tier's segments and pack slices and the hot tails as a DataFrame.
 
-The Spark classes only: what a read covers is planned in app/pipeline/planning.py (segments, by
-their manifests, and hot ranges), and segments are read in app/pipeline/cold.py, the hot ranges in
-app/pipeline/hot.py. Everything pickled to executors is plain data: stores (boto3 clients) are opened
-in the worker. `max_partition_bytes` packs consecutive segments into one partition: every Spark task
-costs tens of ms, which small segments (sealed at 8 MiB or after a minute) would otherwise drown in.
+The Spark classes only: what a read covers is planned in app/pipeline/planning.py (segments and
+slices of packs, by the catalog of manifests and pack indexes, and hot ranges), and they are read in
+app/pipeline/cold.py, the hot ranges in app/pipeline/hot.py. Everything pickled to executors is plain
+data: stores (boto3 clients) are opened in the worker. A partition reads a segment, or every planned
+slice of one pack; `max_partition_bytes` packs several into one partition: every Spark task costs
+tens of ms, which small segments (sealed at 8 MiB or after a minute) would otherwise drown in.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from app.domain.offsets import format_offset
-from app.pipeline.cold import read_segment, restrict, segment_bytes, segments_between
+from app.pipeline.cold import read_planned, restrict, segments_between
 from app.pipeline.hot import list_tails, read_range
 from app.pipeline.messages import VALUE, with_ordinal
 from app.pipeline.options import STREAM_ONLY, ReadOptions, narrow
@@ -35,7 +36,7 @@ SPARK_SCHEMA: StructType = from_arrow_schema(with_ordinal(SCHEMA))
 
 @dataclass
 class SegmentGroup(sds.InputPartition):
-    """What one Spark task reads: consecutive segments."""
+    """What one Spark task reads: segments, and slices of packs (a pack's together; see `planning.pack`)."""
 
     segments: list[PlannedSegment]
 
@@ -63,8 +64,8 @@ class RillReader(sds.DataSourceReader):
 
     def partitions(self) -> list[sds.InputPartition]:
         opts = self.opts
-        # The tails first: a segment tiered after the listing then shows up in the manifests too,
-        # and its records are read from it rather than skipped.
+        # The tails first: a segment or slice tiered after the listing then shows up in the catalog
+        # too, and its records are read from it rather than skipped.
         tails = {} if opts.server is None else list_tails(opts.server, opts.bucket, opts.stream, opts.prefix)
         segments, spans = plan_streams(opts, self.bounds)
         runs = pack(segments, opts.max_partition_bytes, opts.min_partitions)
@@ -77,15 +78,11 @@ class RillReader(sds.DataSourceReader):
             return
         # Anything else is Spark's stand-in partition for an empty plan.
         segments = partition.segments if isinstance(partition, SegmentGroup) else []
-        for seg in segments:
-            batches = read_segment(self._segment(seg.key), self.bounds, self.arrow_schema)
-            if self.opts.arrow:
-                yield from batches
-            else:  # the row-by-row path Spark falls back to, kept to measure what Arrow saves
-                yield from (tuple(row.values()) for batch in batches for row in batch.to_pylist())
-
-    def _segment(self, key: str) -> bytes:
-        return segment_bytes(self.opts, key)
+        batches = read_planned(self.opts, segments, self.bounds, self.arrow_schema)
+        if self.opts.arrow:
+            yield from batches
+        else:  # the row-by-row path Spark falls back to, kept to measure what Arrow saves
+            yield from (tuple(row.values()) for batch in batches for row in batch.to_pylist())
 
     def _read_hot(self, part: HotPartition) -> Iterator[pa.RecordBatch]:
         assert self.opts.server is not None

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from app.tiering.segment import Manifest, Record, build, entry, manifest_key, segment_key
+from app.domain.offsets import format_offset
+from app.tiering.segment import SCHEMA, Manifest, Record, build, entry, manifest_key, segment_key
 from app.tiering.store import ObjectStore, StoreOptions, open_store
 from tests.moto import MotoS3
 from tests.pipeline.live import node  # noqa: F401 - a fixture for the modules here
@@ -112,3 +117,29 @@ def s3_cold(moto_url: str) -> Cold:
 def cold(request: pytest.FixtureRequest) -> Cold:
     """The layout in each kind of store: every test using it runs against both."""
     return request.getfixturevalue(f"{request.param}_cold")  # type: ignore[no-any-return]
+
+
+Keep = Callable[[Record], bool]
+
+
+def load(spark: SparkSession, options: dict[str, str]) -> DataFrame:
+    return spark.read.format("rill").options(**options).load()
+
+
+def rows(df: DataFrame) -> list[tuple[Any, ...]]:
+    """Every row as a plain tuple (append_time as ms), in stream/offset order."""
+    cols = [F.unix_millis(c).alias(c) if c == "append_time" else F.col(c) for c in SCHEMA.names]
+    out = [tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in df.select(*cols).collect()]
+    return sorted(out)
+
+
+def expected(cold: Cold, bucket: str, streams: list[str], keep: Keep = lambda r: True) -> list[tuple[Any, ...]]:
+    """The rows a read of these streams' records (those `keep` keeps) has, as `rows` gives them."""
+    out = []
+    for stream in streams:
+        for r in cold.records[(bucket, stream)]:
+            if keep(r):
+                nxt = format_offset(r.pos + len(r.payload))
+                producer = r.producer or (None,) * 3
+                out.append((bucket, stream, format_offset(r.pos), nxt, r.time, "text/plain", *producer, r.payload))
+    return sorted(out)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.tiering.segment import Manifest, manifest_key, offset_of
+from app.tiering import catalog
 from tests.moto import MotoS3
 from tests.server import RillProcess, read_to_tail
 
@@ -47,13 +47,10 @@ def spark_options(moto_s3: MotoS3, node: RillProcess, **extra: str) -> dict[str,
 
 
 def tiered_end(moto_s3: MotoS3, stream: str) -> int:
-    """Where the stream's tiered part ends, by its manifest in the store (0 before the first segment)."""
-    try:
-        body = moto_s3.client().get_object(Bucket=moto_s3.bucket, Key=f"{PREFIX}/{manifest_key(BUCKET, stream)}")
-    except Exception:  # noqa: BLE001 - no manifest yet
-        return 0
-    manifest = Manifest.from_json(body["Body"].read())
-    return offset_of(manifest.segments[-1].next_offset) if manifest.segments else 0
+    """Where the stream's tiered part ends, by the store's catalog: its manifest, or the indexes of the
+    packs holding its slices (0 before the first)."""
+    found = catalog.stream(moto_s3.store(PREFIX), BUCKET, stream)
+    return found.entries[-1].next if found is not None and found.entries else 0
 
 
 def wait_for_tiering(moto_s3: MotoS3, stream: str, least: int) -> int:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.domain.offsets import format_offset
@@ -19,42 +18,7 @@ from app.pipeline.cold import pick_row_groups
 from app.pipeline.datasource import SPARK_SCHEMA, RillReader, SegmentGroup
 from app.pipeline.options import ReadOptions
 from app.pipeline.planning import plan
-from app.tiering.segment import SCHEMA, Record
-from tests.pipeline.conftest import LAYOUT, Cold
-
-Keep = Callable[[Record], bool]
-
-
-def load(spark: SparkSession, options: dict[str, str]) -> DataFrame:
-    return spark.read.format("rill").options(**options).load()
-
-
-def rows(df: DataFrame) -> list[tuple[Any, ...]]:
-    """Every row as a plain tuple (append_time as ms), in stream/offset order."""
-    cols = [F.unix_millis(c).alias(c) if c == "append_time" else F.col(c) for c in SCHEMA.names]
-    out = [tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in df.select(*cols).collect()]
-    return sorted(out)
-
-
-def expected(cold: Cold, bucket: str, streams: list[str], keep: Keep = lambda r: True) -> list[tuple[Any, ...]]:
-    out = []
-    for stream in streams:
-        for r in cold.records[(bucket, stream)]:
-            if keep(r):
-                nxt = format_offset(r.pos + len(r.payload))
-                out.append(
-                    (
-                        bucket,
-                        stream,
-                        format_offset(r.pos),
-                        nxt,
-                        r.time,
-                        "text/plain",
-                        *(r.producer or (None,) * 3),
-                        r.payload,
-                    )
-                )
-    return sorted(out)
+from tests.pipeline.conftest import LAYOUT, Cold, Keep, expected, load, rows
 
 
 def segments(cold: Cold, bucket: str, streams: list[str] | dict[str, list[int]]) -> int:

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from app.pipeline.ddl import parse_ddl
 from app.pipeline.messages import explode, values, with_ordinal
-from app.tiering.segment import SCHEMA, Record, _table
+from app.tiering.segment import SCHEMA, Record, table_of
 
 JSON = "application/json"
 
@@ -15,7 +15,7 @@ def table(*rows: tuple[str, bytes]) -> pa.Table:
     """One append a row, (content type, payload) each, at consecutive offsets."""
     pos, parts = 0, []
     for content_type, payload in rows:
-        parts.append(_table("b", "s", content_type, [Record(pos, 0, payload)], SCHEMA))
+        parts.append(table_of("b", "s", content_type, [Record(pos, 0, payload)], SCHEMA))
         pos += len(payload)
     return pa.concat_tables(parts)
 

@@ -1,8 +1,9 @@
-"""Planning a `rill` read from manifests: the segments it opens, how they pack into partitions, the hot ranges."""
+"""Planning a `rill` read from the catalog: the segments it opens, how they pack into partitions, the hot ranges."""
 
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +12,9 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In,
 from app.domain.offsets import format_offset
 from app.pipeline import planning
 from app.pipeline.options import Bounds, Range, ReadOptions, narrow
-from app.pipeline.planning import PlannedSegment, covering, hot_ranges, pack, plan
-from tests.pipeline.conftest import Cold
+from app.pipeline.planning import PlannedSegment, covering, hot_ranges, pack, plan, units
+from app.tiering.store import open_store
+from tests.pipeline.conftest import Cold, write_stream
 
 
 def utc(ms: int) -> dt.datetime:
@@ -41,6 +43,15 @@ def test_plan_keeps_exactly_the_segments_touching_the_range(file_cold: Cold) -> 
     assert planned(start_time="2024-03-02T01:00:00+01:00") == firsts[1:]
     keys = [p.key for p in plan(file_cold.opts(stream="orders"))]
     assert keys == [f"b1/orders/{s.path}" for s in seg]
+
+
+def test_a_prefix_of_dots_finds_the_streams_whose_names_are_dots(tmp_path: Path) -> None:
+    store = open_store(tmp_path.as_uri())
+    for name in (".", "..", ".x", "x."):  # "." and ".." have directories %2E and %2E%2E
+        write_stream(store, "d", name, [1])
+    opts = {"store": tmp_path.as_uri(), "bucket": "d", "include_hot": "false"}
+    assert [p.stream for p in plan({**opts, "prefix": "."})] == [".", "..", ".x"]
+    assert [p.stream for p in plan({**opts, "prefix": ".."})] == [".."]
 
 
 def test_narrow_reads_pushed_filters(file_cold: Cold) -> None:
@@ -78,6 +89,28 @@ def test_pack_spreads_segments_in_runs_of_about_equal_bytes() -> None:
     assert runs(1000, 100) == [[i] for i in range(7)]  # never more runs than segments
     assert runs(1000, 3) == [[0, 1, 2, 3], [4], [5, 6]]
     assert pack([], 1000, 4) == []
+
+
+def test_pack_keeps_each_pack_s_slices_in_one_run_and_balances_the_rest() -> None:
+    def piece(key: str, group: int, row: int, size: int) -> PlannedSegment:
+        return PlannedSegment("s", key, "", "", 1, size, 1000, group, row)
+
+    def own(key: str) -> PlannedSegment:
+        return PlannedSegment("s", key, "", "", 1, 100)
+
+    segs = [own("a"), piece("p1", 1, 0, 10), piece("p2", 0, 0, 50), piece("p1", 0, 5, 10), piece("p1", 0, 0, 10)]
+    segs += [own("b"), piece("p2", 0, 3, 50)]
+
+    def where(runs: list[list[PlannedSegment]]) -> list[list[tuple[str, int, int]]]:
+        return [[(s.key, s.group, s.row) for s in run] for run in runs]
+
+    # A pack's slices go where its first one was, by row group and row: one task and one footer for them.
+    slices_of = [[("a", -1, 0)], [("p1", 0, 0), ("p1", 0, 5), ("p1", 1, 0)], [("p2", 0, 0), ("p2", 0, 3)]]
+    slices_of.append([("b", -1, 0)])
+    assert where(units(segs)) == where(pack(segs, 0)) == slices_of
+    assert where(pack(segs, 1000, 2)) == [slices_of[0] + slices_of[1], slices_of[2] + slices_of[3]]  # 130 and 200
+    assert where(pack(segs, 1000, 100)) == slices_of  # never more runs than units
+    assert where(pack(segs, 1000)) == [[s for unit in slices_of for s in unit]]
 
 
 def test_hot_ranges_are_what_a_stream_s_segments_do_not_hold() -> None:

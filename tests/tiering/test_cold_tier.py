@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import random
 import time
@@ -13,7 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.tiering.segment import Manifest, manifest_key, offset_of
+from app.domain.offsets import format_offset
+from app.tiering import catalog
+from app.tiering.segment import manifest_key, offset_of
 from tests.moto import MotoS3
 from tests.server import RillCluster, RillProcess
 from tests.server import read_to_tail as read_all
@@ -74,20 +77,43 @@ def read_sse(client: httpx.Client, url: str) -> bytes:
     return out
 
 
-def write_streams(client: httpx.Client, base: str, rng: random.Random) -> dict[str, bytes]:
-    """A few byte streams (one with a slash in its name) of random appends; returns what each holds."""
+NAMES = ("alpha", "nested/beta", "gamma")
+# Side by side the streams are due together and share packs; alone, alpha seals a segment of its own
+# between its packed slices (so it has a manifest naming both), while the others have none.
+ROUNDS = (NAMES, ("alpha",), NAMES, NAMES)
+
+
+def write_streams(
+    client: httpx.Client,
+    base: str,
+    rng: random.Random,
+    rounds: tuple[tuple[str, ...], ...] = (NAMES,),
+    settle: Callable[[], None] = lambda: None,
+) -> dict[str, bytes]:
+    """A few byte streams (one with a slash in its name) of random appends, in rounds: the round's
+    streams take turns appending, then `settle` runs. Returns what each holds."""
     assert client.put(f"{base}").status_code in (200, 201, 204)
     written: dict[str, bytes] = {}
-    for name in ("alpha", "nested/beta", "gamma"):
+    for name in NAMES:
         assert client.put(f"{base}/{name}", headers=OCTET).status_code == 201
-        data = b""
-        for _ in range(rng.randrange(40, 80)):
+        written[name] = b""
+    for streams in rounds:
+        turns = [name for name in streams for _ in range(rng.randrange(10, 20))]
+        rng.shuffle(turns)
+        for name in turns:
             chunk = rng.randbytes(rng.randrange(1, 400))
             r = client.post(f"{base}/{name}", content=chunk, headers=OCTET)
             assert r.status_code in (200, 204), r.text
-            data += chunk
-        written[name] = data
+            written[name] += chunk
+        settle()
     return written
+
+
+def cold_entries(moto: MotoS3, prefix: str, bucket: str, name: str) -> list[catalog.Entry]:
+    """A stream's segments and pack slices, as the store's catalog (manifest and pack indexes) has them."""
+    found = catalog.stream(moto.store(prefix), bucket, name)
+    assert found is not None, f"{bucket}/{name} is in no manifest or pack index"
+    return found.entries
 
 
 def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, moto: MotoS3, spark: Any) -> None:
@@ -96,7 +122,8 @@ def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, mot
     try:
         leader = cluster.nodes[cluster.wait_for_leader()]
         with httpx.Client(follow_redirects=True, timeout=10) as client:
-            written = write_streams(client, leader.url + "/ds/tiers", rng)
+            settle = functools.partial(wait_for, lambda: all_tiered(leader.url), what="a round's tiering")
+            written = write_streams(client, leader.url + "/ds/tiers", rng, ROUNDS, settle)
             json_url = leader.url + "/ds/tiers/events"
             assert client.put(json_url, headers={"content-type": "application/json"}).status_code == 201
             messages = [{"n": i, "pad": "x" * rng.randrange(0, 300)} for i in range(60)]
@@ -105,15 +132,15 @@ def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, mot
             for node in cluster.nodes.values():
                 wait_for(lambda node=node: all_tiered(node.url), what=f"tiering seen on {node.url}")
 
-            keys = moto.keys("c1/tiers/")
-            segments = [k for k in keys if k.endswith(".parquet")]
-            assert len(segments) >= 3 * len(written), "small segments: several per stream"
+            entries = {name: cold_entries(moto, "c1", "tiers", name) for name in written}
             for name, data in written.items():
-                raw = moto.client().get_object(Bucket=BUCKET, Key="c1/" + manifest_key("tiers", name))["Body"].read()
-                manifest = Manifest.from_json(raw)
-                ranges = [(offset_of(s.first_offset), offset_of(s.next_offset)) for s in manifest.segments]
+                ranges = [(e.first, e.next) for e in entries[name]]
+                assert len(ranges) >= 3, "a stream's rounds are sealed apart: several entries each"
                 assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
                 assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False)), "contiguous"
+            # Each round's data is sealed before the next, in packs where streams were due together.
+            assert any(e.packed for e in entries["alpha"]) and any(not e.packed for e in entries["alpha"])
+            assert moto.keys(f"c1/{manifest_key('tiers', 'alpha')}"), "alpha's own segment: a manifest names both"
 
             for node in cluster.nodes.values():
                 for name, data in written.items():
@@ -136,7 +163,8 @@ def test_cluster_serves_tiered_data_byte_exact_on_every_node(tmp_path: Path, mot
 
 
 def check_spark_reads(spark: Any, moto: MotoS3, written: dict[str, bytes], messages: list[Any]) -> None:
-    """Spark loads what the cluster tiered straight from S3: the same bytes, and filters prune segments."""
+    """Spark loads what the cluster tiered straight from S3 (segments and pack slices): the same bytes
+    as the HTTP reads, and filters prune entries."""
     from pyspark.sql.functions import col
 
     options = {
@@ -156,17 +184,17 @@ def check_spark_reads(spark: Any, moto: MotoS3, written: dict[str, bytes], messa
     assert {name: got[name] for name in written} == written
     assert json.loads(b"[" + b",".join(p for _, p in sorted(streams["events"])) + b"]") == messages
 
+    # A partition per segment of alpha's own and per pack holding a slice of it; the worker packs a
+    # stream at most once per pack, so that is a partition per entry.
     alpha = {**options, "stream": "alpha"}
     every = spark.read.format("rill").options(**alpha).load()
-    manifest = Manifest.from_json(
-        moto.client().get_object(Bucket=BUCKET, Key="c1/tiers/alpha/manifest.json")["Body"].read()
-    )
-    assert every.rdd.getNumPartitions() == len(manifest.segments) >= 3
-    cut = manifest.segments[2].first_offset
+    entries = cold_entries(moto, "c1", "tiers", "alpha")
+    assert every.rdd.getNumPartitions() == len({e.key for e in entries}) == len(entries) >= 3
+    cut = format_offset(entries[2].first)
     tail = every.filter(col("offset") >= cut)
-    assert tail.rdd.getNumPartitions() == len(manifest.segments) - 2, "segments below the cut are not read"
+    assert tail.rdd.getNumPartitions() == len(entries) - 2, "entries below the cut are not read"
     payloads = [bytes(r["payload"]) for r in tail.orderBy("offset").collect()]
-    assert b"".join(payloads) == written["alpha"][offset_of(cut) :]
+    assert b"".join(payloads) == written["alpha"][entries[2].first :]
 
 
 def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Path, moto: MotoS3) -> None:
@@ -223,7 +251,9 @@ def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Pat
 
 
 def test_deleted_stream_objects_are_removed_but_a_fork_keeps_them(tmp_path: Path, moto: MotoS3) -> None:
-    node = RillProcess(tmp_path / "n", None, *cold_args(moto, "gc"), *SMALL_SEGMENTS, env=AWS_ENV).start()
+    # No packs: this is about a stream's own directory (packs are collected by their reference counts).
+    env = {**AWS_ENV, "RILL_PACK_BELOW_BYTES": "0"}
+    node = RillProcess(tmp_path / "n", None, *cold_args(moto, "gc"), *SMALL_SEGMENTS, env=env).start()
     rng = random.Random(3)
     try:
         with httpx.Client(base_url=node.url, timeout=10) as client:
