@@ -8,11 +8,7 @@ from functools import lru_cache
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from app.domain.errors import bad_request
-
-MAX_STREAM_ID_BYTES = 1024
-
-# C0, DEL and C1: an id holding one could forge lines in logs and break tools that print ids.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+from app.domain.names import stream_id_problem
 
 # The /ds sub-resources of a stream, as trailing path segments: kind -> (methods without an
 # offset argument, methods with one, as in snapshot/{offset}). No /ds stream id may end in them.
@@ -72,16 +68,10 @@ def _header_bytes(value: str) -> bytes:
 @lru_cache(maxsize=65536)
 def validate_stream_id(name: str, *, ds: bool = False) -> None:
     """Raises a 400 ProtocolError for a bad id; good ids are remembered (this runs per request)."""
-    if not name:
-        raise bad_request("stream id is empty", "invalid_stream_id")
-    if len(name.encode()) > MAX_STREAM_ID_BYTES:
-        raise bad_request("stream id is longer than 1 KiB", "invalid_stream_id")
-    control = _CONTROL.search(name)
-    if control is not None:
-        raise bad_request(f"stream id contains control character U+{ord(control[0]):04X}", "invalid_stream_id")
+    problem = stream_id_problem(name)
+    if problem is not None:
+        raise bad_request(problem, "invalid_stream_id")
     segments = name.split("/")
-    if any(seg in ("", ".", "..") for seg in segments):
-        raise bad_request("stream id has an empty, '.' or '..' segment", "invalid_stream_id")
     if ds and NAMESPACE in segments:
         message = f"stream id may not have a {NAMESPACE} segment (the protocol's namespace)"
         raise bad_request(message, "invalid_stream_id")

@@ -5,6 +5,10 @@ packs (the only record of a stream whose sealed data is all in packs).
 Used by the Spark source and by `rill restore`. Each stream's entries are returned in offset order
 without overlaps: where a manifest and a pack index disagree (one was published a moment before the
 other), the manifest wins.
+
+The store's objects are not trusted: a document that does not decode, a manifest that is not where
+its stream's manifest belongs, an entry naming an object outside its stream's directory or its
+bucket's packs, or a stream id no request could have used, is skipped and named in `problems`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from app.domain.names import stream_id_problem
 from app.tiering import keys
 from app.tiering import pack as packs
 from app.tiering import segment as seg
@@ -47,25 +52,43 @@ class StreamEntries:
     stream: str
     content_type: str
     entries: list[Entry] = field(default_factory=list)
+    manifest: str | None = None  # its manifest's key, if it has one
 
 
-def _from_manifest(directory: str, manifest: seg.Manifest) -> list[Entry]:
-    return [
-        Entry(
-            posixpath.normpath(posixpath.join(directory, e.path)),
-            seg.offset_of(e.first_offset),
-            seg.offset_of(e.next_offset),
-            e.records,
-            e.bytes,
-            e.sha256,
-            e.min_append_time,
-            e.max_append_time,
-            e.group,
-            e.row,
-            e.digest,
-        )  # fmt: skip
-        for e in manifest.segments
-    ]
+def _entry_key(directory: str, bucket: str, e: seg.SegmentEntry) -> str | None:
+    """The key a manifest entry names, if it is where such an object may be: a segment in the
+    stream's own `segments/`, or a pack of its bucket."""
+    key = posixpath.normpath(posixpath.join(directory, e.path))
+    if e.group >= 0:
+        return key if packs.is_pack_key(key) and key.startswith(f"{bucket}/") and key.endswith(".parquet") else None
+    inside = key.startswith(f"{directory}/segments/") and "/" not in key.removeprefix(f"{directory}/segments/")
+    return key if inside and key.endswith(".parquet") else None
+
+
+def _from_manifest(directory: str, manifest: seg.Manifest) -> list[Entry] | None:
+    """The manifest's entries; None if any names an object out of its place."""
+    out = []
+    for e in manifest.segments:
+        key = _entry_key(directory, manifest.bucket, e)
+        if key is None:
+            return None
+        lo, hi = seg.offset_of(e.first_offset), seg.offset_of(e.next_offset)
+        out.append(
+            Entry(
+                key,
+                lo,
+                hi,
+                e.records,
+                e.bytes,
+                e.sha256,
+                e.min_append_time,
+                e.max_append_time,
+                e.group,
+                e.row,
+                e.digest,
+            )  # fmt: skip
+        )
+    return out
 
 
 def _from_index(key: str, index: packs.PackIndex) -> Iterator[tuple[str, str, Entry]]:
@@ -78,45 +101,81 @@ def _from_index(key: str, index: packs.PackIndex) -> Iterator[tuple[str, str, En
 
 
 def _merged(own: list[Entry], sliced: list[Entry]) -> list[Entry]:
-    """The manifest's entries, and the pack slices that overlap none of them, in offset order."""
-    own = sorted(own, key=lambda e: e.first)
-    starts = [e.first for e in own]
-    out = list(own)
-    for entry in sliced:
-        i = bisect.bisect_right(starts, entry.first) - 1
-        clear_before = i < 0 or own[i].next <= entry.first
-        clear_after = i + 1 >= len(own) or entry.next <= own[i + 1].first
+    """The manifest's entries, then the pack slices, each kept only if it overlaps none kept before
+    it, in offset order."""
+    kept: list[Entry] = []
+    starts: list[int] = []
+    for entry in [*sorted(own, key=lambda e: e.first), *sorted(sliced, key=lambda e: e.first)]:
+        i = bisect.bisect_right(starts, entry.first)
+        clear_before = i == 0 or kept[i - 1].next <= entry.first
+        clear_after = i == len(kept) or entry.next <= kept[i].first
         if clear_before and clear_after:
-            out.append(entry)
-    return sorted(out, key=lambda e: e.first)
+            kept.insert(i, entry)
+            starts.insert(i, entry.first)
+    return kept
 
 
-def read(store: ObjectStore, keys_listed: Iterable[str]) -> dict[tuple[str, str], StreamEntries]:
-    """Every stream the listed manifests and pack indexes name."""
+def read(
+    store: ObjectStore, keys_listed: Iterable[str], problems: list[str] | None = None
+) -> dict[tuple[str, str], StreamEntries]:
+    """Every stream the listed manifests and pack indexes name; what is skipped goes to `problems`."""
     found: dict[tuple[str, str], StreamEntries] = {}
     sliced: dict[tuple[str, str], list[Entry]] = {}
+    own: dict[tuple[str, str], list[Entry]] = {}
+    skipped = problems if problems is not None else []
     for key in keys_listed:
         try:
             raw = store.get(key)
         except KeyError:  # deleted since the listing
             continue
-        if packs.is_pack_key(key):
-            pack_key = key.removesuffix(".json") + ".parquet"
-            bucket = key.split("/", 1)[0]
-            for name, content_type, entry in _from_index(pack_key, packs.PackIndex.from_json(raw)):
-                found.setdefault((bucket, name), StreamEntries(bucket, name, content_type))
-                sliced.setdefault((bucket, name), []).append(entry)
-        else:
-            manifest = seg.Manifest.from_json(raw)
-            at = found.setdefault(
-                (manifest.bucket, manifest.stream),
-                StreamEntries(manifest.bucket, manifest.stream, manifest.content_type),
-            )
-            at.content_type = manifest.content_type
-            at.entries = _from_manifest(posixpath.dirname(key), manifest)
-    for which, entries in sliced.items():
-        found[which].entries = _merged(found[which].entries, entries)
+        try:
+            if packs.is_pack_key(key):
+                _read_index(key, packs.PackIndex.from_json(raw), found, sliced, skipped)
+            else:
+                _read_manifest(key, seg.Manifest.from_json(raw), found, own, skipped)
+        except ValueError as exc:
+            skipped.append(f"{key}: {exc}")
+    for which, entries in found.items():
+        entries.entries = _merged(own.get(which, []), sliced.get(which, []))
     return found
+
+
+def _read_index(
+    key: str,
+    index: packs.PackIndex,
+    found: dict[tuple[str, str], StreamEntries],
+    sliced: dict[tuple[str, str], list[Entry]],
+    skipped: list[str],
+) -> None:
+    bucket = key.split("/", 1)[0]
+    if index.bucket != bucket:
+        raise ValueError(f"the index names bucket {index.bucket[:100]!r}")
+    for name, content_type, entry in _from_index(key.removesuffix(".json") + ".parquet", index):
+        problem = stream_id_problem(name)
+        if problem is not None:
+            skipped.append(f"{key}: a slice of {name[:100]!r}: {problem}")
+            continue
+        found.setdefault((bucket, name), StreamEntries(bucket, name, content_type))
+        sliced.setdefault((bucket, name), []).append(entry)
+
+
+def _read_manifest(
+    key: str,
+    manifest: seg.Manifest,
+    found: dict[tuple[str, str], StreamEntries],
+    own: dict[tuple[str, str], list[Entry]],
+    skipped: list[str],
+) -> None:
+    problem = stream_id_problem(manifest.stream)
+    if problem is not None or key not in keys.manifest_candidates(manifest.bucket, manifest.stream):
+        raise ValueError(problem or "not where the manifest of the stream it names belongs")
+    entries = _from_manifest(posixpath.dirname(key), manifest)
+    if entries is None:
+        raise ValueError("an entry names an object outside the stream's directory and its bucket's packs")
+    name = (manifest.bucket, manifest.stream)
+    at = found.setdefault(name, StreamEntries(*name, manifest.content_type))
+    at.content_type, at.manifest = manifest.content_type, key
+    own[name] = entries
 
 
 def listing(store: ObjectStore, bucket: str | None = None) -> list[str]:

@@ -147,13 +147,19 @@ class PackReader:
             while len(self._footers) > self.max_footers:
                 self._footers.popitem(last=False)
         self._footers.move_to_end(key)
-        if not 0 <= group < footer.num_row_groups or row + count > footer.row_group(group).num_rows:
+        rows_there = footer.row_group(group).num_rows if 0 <= group < footer.num_row_groups else 0
+        if row < 0 or count < 1 or row + count > rows_there:
             raise ValueError(f"pack {key} has no rows {row}..{row + count} in row group {group}")
-        return parquet.read_row_group(group, columns=columns, use_threads=False).slice(row, count)
+        table = parquet.read_row_group(group, columns=columns, use_threads=False)
+        if table.column_names != columns:
+            raise ValueError(f"pack {key} lacks columns {columns}")
+        return table.slice(row, count)
 
     def payloads(self, key: str, size: int, group: int, row: int, count: int) -> list[memoryview]:
         """The payloads of rows [row, row + count) of row group `group`, as views of one buffer."""
         column = self.rows(key, size, group, row, count, ["payload"]).column(0).combine_chunks()
+        if column.type != pa.binary():
+            raise ValueError(f"pack {key} has payloads of type {column.type}")
         _, offset_buffer, buffer = column.buffers()
         offsets = memoryview(offset_buffer).cast("i")[column.offset : column.offset + count + 1].tolist()
         blob = memoryview(buffer) if buffer is not None else memoryview(b"")
@@ -190,8 +196,12 @@ class PackIndex:
 
     @classmethod
     def from_json(cls, raw: bytes) -> PackIndex:
-        doc = json.loads(raw)
-        if doc.get("format", 1) > FORMAT_VERSION:
-            raise ValueError(f"pack index format {doc['format']} is newer than this Rill reads")
-        slices = [IndexEntry(**s) for s in doc.pop("slices")]
-        return cls(slices=slices, **doc)
+        """An index as written; ValueError for anything else (the store's objects are not trusted)."""
+        index = seg.decode_document(raw, cls, FORMAT_VERSION, "pack index")
+        if index.size < 0 or not index.bucket:
+            raise ValueError("a pack index names its bucket and a size")
+        for s in index.slices:
+            seg.check_range(s.first_offset, s.next_offset, s.records)
+            if not s.stream or s.group < 0 or s.row < 0:
+                raise ValueError("an index slice names its stream, a row group and a row")
+        return index

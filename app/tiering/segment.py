@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -240,8 +243,43 @@ class Manifest:
 
     @classmethod
     def from_json(cls, raw: bytes) -> Manifest:
-        doc = json.loads(raw)
-        if doc.get("format", 1) > MANIFEST_FORMAT:
-            raise ValueError(f"manifest format {doc['format']} is newer than this Rill reads")
-        segments = [SegmentEntry(**s) for s in doc.pop("segments")]
-        return cls(segments=segments, **doc)
+        """A manifest as written; ValueError for anything else (the store's objects are not trusted)."""
+        manifest = decode_document(raw, cls, MANIFEST_FORMAT, "manifest")
+        if not manifest.stream or not manifest.bucket:
+            raise ValueError("a manifest names its bucket and stream")
+        for e in manifest.segments:
+            check_range(e.first_offset, e.next_offset, e.records)
+            if e.bytes < 0 or e.group < -1 or e.row < 0 or "\0" in e.path:
+                raise ValueError("a manifest entry has a negative size, group or row, or a NUL in its path")
+        return manifest
+
+
+class _Versioned(msgspec.Struct):
+    format: int = 1
+
+
+T = TypeVar("T")
+
+
+def decode_document(raw: bytes, kind: type[T], newest: int, what: str) -> T:
+    """A JSON document of `kind`, its types checked; ValueError for anything else, or a newer format."""
+    try:
+        version = msgspec.json.decode(raw, type=_Versioned).format
+        if version > newest:
+            raise ValueError(f"{what} format {version} is newer than this Rill reads")
+        return msgspec.json.decode(raw, type=kind)
+    except (msgspec.MsgspecError, RecursionError) as exc:
+        raise ValueError(f"not a {what}: {exc}") from None
+
+
+def check_range(first: str, nxt: str, records: int) -> tuple[int, int]:
+    """Positions of an entry's offsets, which must be well formed, in order, and hold a record."""
+    if not (_TOKEN.fullmatch(first) and _TOKEN.fullmatch(nxt)):
+        raise ValueError(f"malformed offsets {first[:40]!r}, {nxt[:40]!r}")
+    lo, hi = offset_of(first), offset_of(nxt)
+    if not lo < hi or not 1 <= records <= hi - lo:
+        raise ValueError(f"an entry of [{lo}, {hi}) with {records} records")
+    return lo, hi
+
+
+_TOKEN = re.compile(r"0{16}_[0-9]{16}")

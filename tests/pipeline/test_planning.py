@@ -47,11 +47,12 @@ def test_plan_keeps_exactly_the_segments_touching_the_range(file_cold: Cold) -> 
 
 def test_a_prefix_of_dots_finds_the_streams_whose_names_are_dots(tmp_path: Path) -> None:
     store = open_store(tmp_path.as_uri())
-    for name in (".", "..", ".x", "x."):  # "." and ".." have directories %2E and %2E%2E
+    # "." and ".." are no stream's ids; "..." and "...." have directories %2E%2E%2E and %2E%2E%2E%2E.
+    for name in ("...", "....", ".x", "x."):
         write_stream(store, "d", name, [1])
     opts = {"store": tmp_path.as_uri(), "bucket": "d", "include_hot": "false"}
-    assert [p.stream for p in plan({**opts, "prefix": "."})] == [".", "..", ".x"]
-    assert [p.stream for p in plan({**opts, "prefix": ".."})] == [".."]
+    assert [p.stream for p in plan({**opts, "prefix": "."})] == ["...", "....", ".x"]
+    assert [p.stream for p in plan({**opts, "prefix": "...."})] == ["...."]
 
 
 def test_narrow_reads_pushed_filters(file_cold: Cold) -> None:

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.errors import ProtocolError
-from app.protocol.target import MAX_STREAM_ID_BYTES
+from app.domain.names import MAX_STREAM_ID_BYTES
 from app.tiering import keys
 from app.tiering import segment as seg
 from app.tiering.store import FileStore, KeyRejected, S3Store, StoreOptions, StoreUnavailable
