@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 MAX_STREAM_ID_BYTES = 1024
+BUCKET_ID = re.compile(r"[a-z0-9_-]{4,64}")  # the buckets clients create (the built-in ones have dots)
 # C0, DEL and C1: an id holding one could forge lines in logs and break tools that print ids.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 

@@ -7,13 +7,13 @@ too, read-only: their streams are made through their own families.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import msgspec
 from starlette.types import Send
 
 from app.domain.errors import bad_request, missing_bucket
+from app.domain.names import BUCKET_ID
 from app.domain.offsets import format_offset
 from app.protocol.errors import answer, error_reply
 from app.protocol.headers import format_expires_at, parse_uint, single_query
@@ -24,7 +24,6 @@ from app.service.engine import Engine
 from app.state_machine.commands import Code, CreateBucket, DeleteBucket
 from app.state_machine.table import BUILTIN_BUCKETS
 
-BUCKET_ID = re.compile(r"[a-z0-9_-]{4,64}")
 ALLOWED = "GET, HEAD, PUT, DELETE, OPTIONS"
 READ_ONLY = "GET, HEAD, OPTIONS"
 _json = msgspec.json.Encoder()

@@ -18,20 +18,25 @@ time before which nothing acknowledged is.
 from __future__ import annotations
 
 import io
+import shutil
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.cluster.log_store import COLUMN_FAMILIES as LOG_COLUMN_FAMILIES
 from app.cluster.log_store import LogStore
 from app.domain.media import JSON, media_type
+from app.domain.names import BUCKET_ID
+from app.domain.offsets import format_offset
 from app.raft.messages import HardState
 from app.state_machine import backup
 from app.state_machine import records as r
-from app.state_machine.export import load
+from app.state_machine.export import Pair, load
 from app.state_machine.table import BUILTIN_BUCKETS
 from app.storage.kv import KV, Batch
 from app.storage.rocks import RocksKV
@@ -59,6 +64,7 @@ class Restored:
     last_sealed_at: int = 0  # ms: the newest record brought back (0: none after the backup)
     new_streams: int = 0  # created after the backup, brought back from the object store
     unknown_streams: list[str] = field(default_factory=list)  # streams that could not be brought back
+    skipped: list[str] = field(default_factory=list)  # objects of the store that are not what they should be
 
     @property
     def recovery_point(self) -> int:
@@ -84,6 +90,8 @@ def choose(store: ObjectStore, at_index: int | None = None, at_time: int | None 
             continue
         data = store.get(key)
         header, _ = backup.decode(data, digest)
+        if header.index != index:
+            raise backup.BackupError(f"{key} holds the state at index {header.index}, not the one its key names")
         if at_time is not None and header.created_at > at_time:
             continue
         return key, data
@@ -99,32 +107,45 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
     key, data = choose(store, at_index, at_time)
     header, frames = backup.decode(data)
     data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        done = _restore_state(store, data_dir, key, header, frames)
+        log = RocksKV(data_dir / "raft", LOG_COLUMN_FAMILIES)
+        try:
+            # The log starts after the backup, as on a follower that installed it as a checkpoint.
+            raft_log = LogStore(log)
+            raft_log.restore(header.index, header.term)
+            raft_log.save(HardState(term=header.term, vote=0, commit=header.index), [])
+        finally:
+            log.close()
+    except BaseException:
+        for part in ("state", "raft"):  # nothing half-written: the directory stays ready for a retry
+            shutil.rmtree(data_dir / part, ignore_errors=True)
+        raise
+    return done
+
+
+def _restore_state(
+    store: ObjectStore, data_dir: Path, key: str, header: backup.Header, frames: Iterator[list[Pair]]
+) -> Restored:
     state = StateStore(data_dir, r.COLUMN_FAMILIES).open()
     try:
         for frame in frames:
             load(state, frame)
-        done = Restored(key, header.index, header.term, header.created_at, header.streams)
+        metas = _streams(state)
+        done = Restored(key, header.index, header.term, header.created_at, len(metas))
         _start_a_new_cluster(state)
-        found = catalog.read(store, catalog.listing(store))
-        reader = packs.PackReader(store)
+        found = catalog.read(store, catalog.listing(store), done.skipped)
+        objects = _Objects(store)
         packs_in_backup = {key.decode() for key, _ in state.scan(r.PACKS, b"")}
-        for meta in list(_streams(state)):
+        for meta in metas:
             _evict_what_was_left_out(state, meta)
             if not meta.deleted:
-                _bring_back_sealed(store, reader, state, meta, done, found.get((meta.bucket, meta.name)))
-        _bring_back_new_streams(store, reader, state, done, found, packs_in_backup)
+                _bring_back_sealed(objects, state, meta, done, found.get((meta.bucket, meta.name)))
+        _bring_back_new_streams(objects, state, done, found, packs_in_backup)
         state.sync_wal()
+        return done
     finally:
         state.close()
-    log = RocksKV(data_dir / "raft", LOG_COLUMN_FAMILIES)
-    try:
-        # The log starts after the backup, as on a follower that installed it as a checkpoint.
-        raft_log = LogStore(log)
-        raft_log.restore(header.index, header.term)
-        raft_log.save(HardState(term=header.term, vote=0, commit=header.index), [])
-    finally:
-        log.close()
-    return done
 
 
 def _start_a_new_cluster(state: KV) -> None:
@@ -144,8 +165,11 @@ def _evict_what_was_left_out(state: KV, meta: r.StreamMeta) -> None:
     state.write(batch)
 
 
-def _streams(state: KV) -> Iterator[r.StreamMeta]:
-    return (r.decode_meta(value) for _, value in state.scan(r.STREAMS, b""))
+def _streams(state: KV) -> list[r.StreamMeta]:
+    try:
+        return [r.decode_meta(value) for _, value in state.scan(r.STREAMS, b"")]
+    except msgspec.MsgspecError as exc:
+        raise backup.BackupError(f"the backup holds a stream this version cannot read: {exc}") from None
 
 
 @dataclass
@@ -157,20 +181,57 @@ class _Sealed:
     producers: dict[str, r.ProducerState]
 
 
-def _read_entry(store: ObjectStore, reader: packs.PackReader, entry: catalog.Entry) -> _Sealed | None:
-    """The entry's object read and checked; None when it is not what the catalog names."""
-    if entry.packed:
-        table = reader.rows(entry.key, entry.size, entry.group, entry.row, entry.records, _ROW_COLUMNS)
-        if packs.slice_digest(table.column("payload").to_pylist()) != entry.digest:
+class _Objects:
+    """The store's segments and packs as a restore reads them: every object checked against its size
+    and SHA-256 (a pack whole, once, and against the digest its key is named by)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self._packs: OrderedDict[str, pq.ParquetFile | None] = OrderedDict()
+
+    def pack(self, key: str, size: int, sha256: str) -> pq.ParquetFile | None:
+        if key not in self._packs:
+            data = self.store.get(key)
+            sound = len(data) == size and sha256_hex(data) == sha256 and key.endswith(f"/{sha256[:40]}.parquet")
+            self._packs[key] = pq.ParquetFile(pa.BufferReader(data)) if sound else None
+            while len(self._packs) > 4:
+                self._packs.popitem(last=False)
+        return self._packs[key]
+
+    def rows(self, entry: catalog.Entry) -> pa.Table | None:
+        """The entry's rows, if its object is the one the catalog names."""
+        if entry.packed:
+            parquet = self.pack(entry.key, entry.size, entry.sha256)
+            if parquet is None:
+                return None
+            table = packs.rows_of(parquet, entry.key, entry.group, entry.row, entry.records, _ROW_COLUMNS)
+            return table if packs.slice_digest(table.column("payload").to_pylist()) == entry.digest else None
+        data = self.store.get(entry.key)
+        if len(data) != entry.size or sha256_hex(data) != entry.sha256:
             return None
-        positions = [seg.offset_of(token) for token in table.column("offset").to_pylist()]
-    else:
-        data = store.get(entry.key)
-        if sha256_hex(data) != entry.sha256:
+        if seg.load(data).positions[:1] != [entry.first]:  # as the server's cold reads will load it
             return None
-        table = pq.read_table(io.BytesIO(data), columns=_ROW_COLUMNS)
-        positions = seg.load(data).positions
-    if positions[:1] != [entry.first]:
+        return pq.read_table(io.BytesIO(data), columns=_ROW_COLUMNS)
+
+
+def _read_entry(objects: _Objects, bucket: str, name: str, entry: catalog.Entry) -> _Sealed | None:
+    """The entry's records read and checked; None when they are not what the catalog says: another
+    object, another stream's rows, or records that do not tile [entry.first, entry.next)."""
+    try:
+        table = objects.rows(entry)
+    except (KeyError, ValueError, OSError):  # missing, not Parquet, no such rows (pyarrow's errors)
+        return None
+    if table is None or table.num_rows != entry.records:
+        return None
+    if set(table.column("bucket").to_pylist()) != {bucket} or set(table.column("stream").to_pylist()) != {name}:
+        return None
+    positions, pos = [], entry.first
+    for token, payload in zip(table.column("offset").to_pylist(), table.column("payload").to_pylist(), strict=True):
+        if token != format_offset(pos):
+            return None
+        positions.append(pos)
+        pos += len(payload)
+    if pos != entry.next:
         return None
     info = r.SegmentInfo(
         entry.first, entry.next, entry.key, entry.size, entry.sha256, entry.min_append_time,
@@ -180,8 +241,7 @@ def _read_entry(store: ObjectStore, reader: packs.PackReader, entry: catalog.Ent
 
 
 def _bring_back_sealed(
-    store: ObjectStore,
-    reader: packs.PackReader,
+    objects: _Objects,
     state: KV,
     meta: r.StreamMeta,
     done: Restored,
@@ -195,7 +255,7 @@ def _bring_back_sealed(
     batch = Batch()
     written = meta.tiered
     while (entry := by_start.get(meta.tiered)) is not None:
-        sealed = _read_entry(store, reader, entry)
+        sealed = _read_entry(objects, meta.bucket, meta.name, entry)
         if sealed is None:
             break  # not the object the catalog names: stop at what is certain
         lo, hi = meta.tiered, entry.next
@@ -232,7 +292,7 @@ def _count_slice(state: KV, batch: Batch, meta: r.StreamMeta, info: r.SegmentInf
     batch.put(r.PACKED, r.packed_key(info.key, meta.sid, info.lo), b"")
 
 
-_ROW_COLUMNS = ["offset", "next_offset", "producer_id", "producer_epoch", "producer_seq", "payload"]
+_ROW_COLUMNS = ["bucket", "stream", "offset", "next_offset", "producer_id", "producer_epoch", "producer_seq", "payload"]
 
 
 def _producers(table: pa.Table) -> dict[str, r.ProducerState]:
@@ -248,8 +308,7 @@ def _producers(table: pa.Table) -> dict[str, r.ProducerState]:
 
 
 def _bring_back_new_streams(
-    store: ObjectStore,
-    reader: packs.PackReader,
+    objects: _Objects,
     state: KV,
     done: Restored,
     found: dict[tuple[str, str], catalog.StreamEntries],
@@ -261,7 +320,8 @@ def _bring_back_new_streams(
 
     A stream the backup does not know was created after it, unless its objects say it was deleted
     before: a segment queued for deletion, or a slice of a pack the backup knows (every slice of a
-    pack is recorded at once, so a stream missing from such a pack had been deleted)."""
+    pack is recorded at once, so a stream missing from such a pack had been deleted), or a manifest
+    queued for deletion. Its first entry must read back before the stream is created."""
     known = {(meta.bucket, meta.name) for meta in _streams(state)}
     queued = {key.decode() for key, _ in state.scan(r.GC_QUEUE, b"")}
     raw = state.get(r.SM_META, r.NEXT_SID_KEY)
@@ -269,10 +329,11 @@ def _bring_back_new_streams(
     buckets = {key.decode() for key, _ in state.scan(r.BUCKETS, b"")} | set(BUILTIN_BUCKETS)
     for (bucket, name), entries in sorted(found.items()):
         live = [e for e in entries.entries if e.key not in queued and not (e.packed and e.key in packs_known)]
-        if (bucket, name) in known or not live or len(live) != len(entries.entries):
+        if (bucket, name) in known or not live or len(live) != len(entries.entries) or entries.manifest in queued:
             continue
-        if live[0].first != 0:
-            done.unknown_streams.append(f"{bucket}/{name}")
+        usable = bucket in buckets or BUCKET_ID.fullmatch(bucket)
+        if not usable or live[0].first != 0 or _read_entry(objects, bucket, name, live[0]) is None:
+            done.unknown_streams.append(f"{bucket[:100]}/{name[:200]}")
             continue
         created = min(entry.min_append_time for entry in live)
         meta = r.StreamMeta(
@@ -288,6 +349,6 @@ def _bring_back_new_streams(
         batch.put(r.SM_META, r.NEXT_SID_KEY, r.U64.pack(next_sid))
         state.write(batch)
         known.add((meta.bucket, meta.name))
-        _bring_back_sealed(store, reader, state, meta, done, entries)
+        _bring_back_sealed(objects, state, meta, done, entries)
         done.new_streams += 1
     done.unknown_streams.sort()

@@ -21,7 +21,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import BinaryIO
 
 import msgspec
@@ -37,6 +37,7 @@ KEY_PREFIX = ".rill/state/"
 _KEY = re.compile(r"\.rill/state/(\d{20})-([0-9a-f]{64})\.state")
 _U32 = struct.Struct(">I")
 _FRAME_BYTES = 1 << 20
+MAX_FRAME_BYTES = 1 << 30  # a frame closes past 1 MiB, so it is that plus its last pair (a record)
 _SKIPPED = {(r.SM_META, r.SYNCED_KEY)}  # node-local bookkeeping
 _POSITION = {cf: position for position, cf in enumerate(r.COLUMN_FAMILIES)}
 
@@ -139,17 +140,26 @@ def _frame(pairs: list[Pair]) -> bytes:
     return _U32.pack(len(data)) + data
 
 
+_HEADER_FIELDS = {f.name for f in fields(Header)}
+
+
 def read_header(data: bytes) -> Header:
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
         raise BackupError("not a Rill state backup")
     (length,) = _U32.unpack_from(data, len(MAGIC))
+    head = data[len(MAGIC) + 4 : len(MAGIC) + 4 + length]
     try:
-        doc = json.loads(data[len(MAGIC) + 4 : len(MAGIC) + 4 + length])
-        header = Header(**doc)
-    except (ValueError, TypeError) as exc:
+        header = msgspec.json.decode(head, type=Header)
+        unknown = set(msgspec.json.decode(head, type=dict[str, msgspec.Raw])) - _HEADER_FIELDS
+    except (msgspec.MsgspecError, RecursionError) as exc:
         raise BackupError(f"the backup's header is unreadable: {exc}") from None
+    if unknown:  # a writer of the same format knows no other field: this is not a backup we read
+        raise BackupError(f"the backup's header has fields this version does not know: {sorted(unknown)[:5]}")
     if header.format > FORMAT:
         raise BackupError(f"backup format {header.format} is newer than this Rill reads ({FORMAT})")
+    numbers = (header.index, header.term, header.created_at, header.node, header.streams, header.pairs)
+    if not all(0 <= n < 2**64 for n in (*numbers, header.skipped_bytes)):
+        raise BackupError("the backup's header has a number out of range")
     return header
 
 
@@ -164,27 +174,48 @@ def decode(data: bytes, expected_sha256: str | None = None) -> tuple[Header, Ite
 
 
 def _frames(body: bytes, header: Header) -> Iterator[list[Pair]]:
-    """The frames, decompressed a piece at a time: a restore never holds the whole state twice."""
+    """The frames, inflated a bounded piece at a time: a restore never holds the whole state twice,
+    and a frame longer than any writer makes is refused before it is inflated."""
     positions = _renumbering(header.column_families)
     inflate = zlib.decompressobj()
-    pending = b""
-    view = memoryview(body)
-    for start in range(0, len(body), _FRAME_BYTES):
+    pending = bytearray()
+    rest: bytes | memoryview = memoryview(body)
+    while True:
         try:
-            pending += inflate.decompress(view[start : start + _FRAME_BYTES])
+            pending += inflate.decompress(rest, _FRAME_BYTES)
         except zlib.error as exc:
             raise BackupError(f"the backup's body is corrupt: {exc}") from None
-        while len(pending) >= 4 and len(pending) >= 4 + _U32.unpack_from(pending)[0]:
+        rest = inflate.unconsumed_tail
+        while len(pending) >= 4:
             (length,) = _U32.unpack_from(pending)
-            pairs = msgspec.msgpack.decode(pending[4 : 4 + length], type=list[tuple[int, bytes, bytes]])
-            pending = pending[4 + length :]
-            yield [(positions[position], key, value) for position, key, value in pairs]
+            if not 0 < length <= MAX_FRAME_BYTES:
+                raise BackupError(f"the backup has a frame of {length} bytes (empty, or more than any writer makes)")
+            if len(pending) < 4 + length:
+                break
+            yield _pairs(bytes(pending[4 : 4 + length]), positions)
+            del pending[: 4 + length]  # from the front of a bytearray: no copy of the rest
+        if not rest:
+            break
     if pending or not inflate.eof:
         raise BackupError("the backup's body is cut short")
 
 
+def _pairs(frame: bytes, positions: list[int]) -> list[Pair]:
+    try:
+        pairs = msgspec.msgpack.decode(frame, type=list[tuple[int, bytes, bytes]])
+    except msgspec.MsgspecError as exc:
+        raise BackupError(f"a frame of the backup is unreadable: {exc}") from None
+    if not pairs:
+        raise BackupError("the backup has an empty frame (no writer makes one)")
+    if any(not 0 <= position < len(positions) for position, _, _ in pairs):
+        raise BackupError("a frame of the backup names a column family its header does not list")
+    return [(positions[position], key, value) for position, key, value in pairs]
+
+
 def _renumbering(families: Iterable[str]) -> list[int]:
     """Positions in the backup's family list -> positions in this version's (families only grow)."""
+    if not isinstance(families, list) or not all(isinstance(cf, str) for cf in families):
+        raise BackupError("the backup's header does not list its column families")
     try:
         return [_POSITION[cf] for cf in families]
     except KeyError as exc:

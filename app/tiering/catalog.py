@@ -102,16 +102,23 @@ def _from_index(key: str, index: packs.PackIndex) -> Iterator[tuple[str, str, En
 
 def _merged(own: list[Entry], sliced: list[Entry]) -> list[Entry]:
     """The manifest's entries, then the pack slices, each kept only if it overlaps none kept before
-    it, in offset order."""
-    kept: list[Entry] = []
-    starts: list[int] = []
-    for entry in [*sorted(own, key=lambda e: e.first), *sorted(sliced, key=lambda e: e.first)]:
+    it, in offset order (n log n: a hostile manifest of many entries costs in proportion)."""
+    mine = _without_overlaps(sorted(own, key=lambda e: e.first))
+    starts = [e.first for e in mine]
+    others = []
+    for entry in _without_overlaps(sorted(sliced, key=lambda e: e.first)):
         i = bisect.bisect_right(starts, entry.first)
-        clear_before = i == 0 or kept[i - 1].next <= entry.first
-        clear_after = i == len(kept) or entry.next <= kept[i].first
-        if clear_before and clear_after:
-            kept.insert(i, entry)
-            starts.insert(i, entry.first)
+        if (i == 0 or mine[i - 1].next <= entry.first) and (i == len(mine) or entry.next <= mine[i].first):
+            others.append(entry)
+    return sorted([*mine, *others], key=lambda e: e.first)
+
+
+def _without_overlaps(ordered: list[Entry]) -> list[Entry]:
+    """Entries sorted by start, less each one that overlaps the one kept before it."""
+    kept: list[Entry] = []
+    for entry in ordered:
+        if not kept or kept[-1].next <= entry.first:
+            kept.append(entry)
     return kept
 
 
@@ -150,6 +157,8 @@ def _read_index(
     bucket = key.split("/", 1)[0]
     if index.bucket != bucket:
         raise ValueError(f"the index names bucket {index.bucket[:100]!r}")
+    if index.rejected:
+        skipped.append(f"{key}: {index.rejected} slices that are not well formed")
     for name, content_type, entry in _from_index(key.removesuffix(".json") + ".parquet", index):
         problem = stream_id_problem(name)
         if problem is not None:

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -142,18 +143,11 @@ class PackReader:
         footer = self._footers.get(key)
         parquet = pq.ParquetFile(RangedFile(self.store, key, size), metadata=footer)
         if footer is None:
-            footer = parquet.metadata
-            self._footers[key] = footer
+            self._footers[key] = parquet.metadata
             while len(self._footers) > self.max_footers:
                 self._footers.popitem(last=False)
         self._footers.move_to_end(key)
-        rows_there = footer.row_group(group).num_rows if 0 <= group < footer.num_row_groups else 0
-        if row < 0 or count < 1 or row + count > rows_there:
-            raise ValueError(f"pack {key} has no rows {row}..{row + count} in row group {group}")
-        table = parquet.read_row_group(group, columns=columns, use_threads=False)
-        if table.column_names != columns:
-            raise ValueError(f"pack {key} lacks columns {columns}")
-        return table.slice(row, count)
+        return rows_of(parquet, key, group, row, count, columns)
 
     def payloads(self, key: str, size: int, group: int, row: int, count: int) -> list[memoryview]:
         """The payloads of rows [row, row + count) of row group `group`, as views of one buffer."""
@@ -164,6 +158,18 @@ class PackReader:
         offsets = memoryview(offset_buffer).cast("i")[column.offset : column.offset + count + 1].tolist()
         blob = memoryview(buffer) if buffer is not None else memoryview(b"")
         return [blob[a:b] for a, b in zip(offsets, offsets[1:], strict=False)]
+
+
+def rows_of(parquet: pq.ParquetFile, key: str, group: int, row: int, count: int, columns: list[str]) -> pa.Table:
+    """`columns` of rows [row, row + count) of row group `group`; ValueError if the pack has no such rows."""
+    footer = parquet.metadata
+    rows_there = footer.row_group(group).num_rows if 0 <= group < footer.num_row_groups else 0
+    if row < 0 or count < 1 or row + count > rows_there:
+        raise ValueError(f"pack {key} has no rows {row}..{row + count} in row group {group}")
+    table = parquet.read_row_group(group, columns=columns, use_threads=False)
+    if table.column_names != columns:
+        raise ValueError(f"pack {key} lacks columns {columns}")
+    return table.slice(row, count)
 
 
 @dataclass
@@ -190,18 +196,38 @@ class PackIndex:
     sha256: str  # of the whole pack
     slices: list[IndexEntry] = field(default_factory=list)
     format: int = FORMAT_VERSION
+    rejected: int = 0  # slices of the document read that were not well formed (never written)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), indent=1).encode()
+        doc = asdict(self)
+        del doc["rejected"]
+        return json.dumps(doc, indent=1).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> PackIndex:
-        """An index as written; ValueError for anything else (the store's objects are not trusted)."""
-        index = seg.decode_document(raw, cls, FORMAT_VERSION, "pack index")
-        if index.size < 0 or not index.bucket:
+        """An index as written; ValueError for anything else (the store's objects are not trusted). A
+        slice that is not well formed is left out and counted in `rejected`; the others stay usable."""
+        doc = seg.decode_document(raw, _RawIndex, FORMAT_VERSION, "pack index")
+        if doc.size < 0 or not doc.bucket:
             raise ValueError("a pack index names its bucket and a size")
-        for s in index.slices:
-            seg.check_range(s.first_offset, s.next_offset, s.records)
-            if not s.stream or s.group < 0 or s.row < 0:
-                raise ValueError("an index slice names its stream, a row group and a row")
+        index = cls(doc.bucket, doc.path, doc.size, doc.sha256, format=doc.format)
+        for raw_slice in doc.slices:
+            try:
+                s = seg.decode_document(raw_slice, IndexEntry, FORMAT_VERSION, "pack index slice")
+                seg.check_range(s.first_offset, s.next_offset, s.records)
+                if not s.stream or s.group < 0 or s.row < 0:
+                    raise ValueError("an index slice names its stream, a row group and a row")
+            except ValueError:
+                index.rejected += 1
+                continue
+            index.slices.append(s)
         return index
+
+
+class _RawIndex(msgspec.Struct):
+    bucket: str
+    path: str
+    size: int
+    sha256: str
+    slices: list[msgspec.Raw] = []
+    format: int = FORMAT_VERSION

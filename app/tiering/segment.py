@@ -184,6 +184,8 @@ def load(data: bytes) -> Loaded:
     _, offset_buffer, buffer = column.buffers()
     offsets = memoryview(offset_buffer).cast("i")[column.offset : column.offset + len(column) + 1].tolist()
     blob = memoryview(buffer) if buffer is not None else memoryview(b"")
+    if b"rill.first" not in meta or b"rill.next" not in meta:
+        raise ValueError("not a Rill segment: its range is not in its metadata")
     first = int(meta[b"rill.first"])
     base = offsets[0] if offsets else 0
     positions = [first + o - base for o in offsets[:-1]]
