@@ -1,0 +1,84 @@
+"""The framed peer channel's handshake and frames (app/cluster/channel.py), with hostile peers."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cluster import channel as ch
+
+SECRET = b"s" * 32
+
+
+def _pair() -> tuple[ch.FrameWriter, ch.FrameReader]:
+    h = ch.hello(1, 2)
+    answer, key = ch.welcome(SECRET, h)
+    assert ch.accept_welcome(SECRET, h, answer) == key
+    return ch.FrameWriter(key), ch.FrameReader(key, 1 << 20)
+
+
+def _wire(pieces: list[bytes | memoryview]) -> bytes:
+    return b"".join(bytes(p) for p in pieces)
+
+
+def test_a_hello_round_trips_and_hostile_ones_do_not_parse() -> None:
+    h = ch.hello(7, 9)
+    assert ch.parse_hello(ch.hello_header(h)) == h
+    for bad in (None, "", "v1 src=1 dst=2", "v2 src=1 dst=2 nonce=" + "0" * 32, "v1 src=-1 dst=2 nonce=" + "0" * 32,
+                "v1 src=1 dst=2 nonce=" + "g" * 32, "v1 src=1 dst=2 nonce=" + "0" * 32 + "\r\nx: y"):  # fmt: skip
+        assert ch.parse_hello(bad) is None
+
+
+def test_a_peer_without_the_secret_is_refused_before_anything_is_sent() -> None:
+    h = ch.hello(1, 2)
+    forged, _ = ch.welcome(b"another cluster's secret", h)
+    with pytest.raises(ch.ChannelError, match="secret"):
+        ch.accept_welcome(SECRET, h, forged)
+    replayed, _ = ch.welcome(SECRET, ch.hello(1, 2))  # an answer to another connection's hello
+    with pytest.raises(ch.ChannelError):
+        ch.accept_welcome(SECRET, h, replayed)
+    for junk in (None, "", "v1 nonce=x mac=y"):
+        with pytest.raises(ch.ChannelError):
+            ch.accept_welcome(SECRET, h, junk)
+
+
+def test_frames_arrive_whole_in_order_however_the_bytes_are_cut() -> None:
+    writer, reader = _pair()
+    payloads = [b"", b"a", b"bc" * 1000, bytes(range(256))]
+    wire = b"".join(_wire(writer.frame([p[: len(p) // 2], p[len(p) // 2 :]])) for p in payloads)
+    got = []
+    for cut in range(0, len(wire), 7):
+        got += reader.feed(wire[cut : cut + 7])
+    assert got == payloads
+
+
+@pytest.mark.parametrize("attack", ["replay", "reorder", "drop", "tamper", "other-key", "oversize", "truncated-tag"])
+def test_a_frame_that_was_not_sent_in_order_by_the_peer_ends_the_connection(attack: str) -> None:
+    writer, reader = _pair()
+    first, second, third = (_wire(writer.frame([p])) for p in (b"one", b"two", b"three"))
+    assert reader.feed(first) == [b"one"]
+    if attack == "replay":
+        wire = first
+    elif attack == "reorder":
+        wire = third + second
+    elif attack == "drop":
+        wire = third
+    elif attack == "tamper":
+        wire = second[:13] + b"T" + second[14:]
+    elif attack == "other-key":
+        other, _ = _pair()
+        other.seq = 1
+        wire = _wire(other.frame([b"two"]))
+    elif attack == "oversize":
+        wire = b"\xff\xff\xff\xff" + second[4:]
+    else:
+        wire = second[:-1] + b"\x00"
+    with pytest.raises(ch.ChannelError):
+        reader.feed(wire)
+
+
+def test_an_oversized_frame_is_refused_from_its_head_alone() -> None:
+    writer, _ = _pair()
+    reader = ch.FrameReader(writer.key, max_payload=10)
+    head = _wire(writer.frame([b"x" * 11]))[:12]
+    with pytest.raises(ch.ChannelError, match="cap"):
+        reader.feed(head)  # refused before the body arrives or is buffered
