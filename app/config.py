@@ -28,6 +28,9 @@ class Settings(BaseSettings):
         " in between); clients and redirects still get the member URL",
     )
     cluster_secret: str = Field("", description="shared by the nodes; signs their Raft messages")
+    peer_channels: bool = Field(
+        False, description="send Raft messages over a framed channel per peer (HTTP POST where a peer refuses)"
+    )
     cluster_secret_file: Path | None = Field(None, description="read the cluster secret from this file")
     forward_writes: bool = Field(
         True, description="followers proxy writes to the leader; false: they answer 307 to the leader's URL"

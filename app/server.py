@@ -108,8 +108,10 @@ def _with_raft_messages(app: ASGIApp, node: Node) -> ASGIApp:
         if scope["type"] == "http" and scope["path"] == TRANSPORT_PATH:
             if scope["method"] == "POST":
                 await cluster_routes.raft_messages(node.engine, node.verifier, node.transport, scope, receive, send)
+            elif scope["method"] == "GET":  # an Upgrade to a framed channel
+                await cluster_routes.raft_channel(node.engine, node.transport, scope, receive, send)
             else:
-                await send_reply(send, error_reply(405, "method_not_allowed", "POST only", {"allow": "POST"}))
+                await send_reply(send, error_reply(405, "method_not_allowed", "POST or GET", {"allow": "POST, GET"}))
             return
         await app(scope, receive, send)
 

@@ -286,6 +286,10 @@ class RaftNode:
         self._inbox.append(msg)
         self._wake.set()
 
+    def receive_all(self, messages: list[Message]) -> None:
+        self._inbox.extend(messages)
+        self._wake.set()
+
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(self._tick_seconds)

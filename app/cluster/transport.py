@@ -44,6 +44,8 @@ from typing import NamedTuple
 import msgspec
 
 from app.cluster import wire
+from app.cluster.channel import ChannelError, Hello, welcome
+from app.cluster.peer_channel import Inbound, Outbound, Refused, welcome_head
 from app.cluster.peer_client import Connection, ConnectionClosed, connect, encode_head, encode_request
 from app.domain.errors import ProtocolError
 from app.domain.paths import RAFT_PATH
@@ -52,6 +54,9 @@ from app.raft.messages import AppendEntries, Message, RequestVote
 log = logging.getLogger("rill.transport")
 
 PATH = RAFT_PATH
+CHANNEL_PATH = RAFT_PATH  # a GET with `Upgrade: rill-raft-1` on the same path opens a channel
+HTTP_FALLBACK_SECONDS = 30.0
+MAX_INBOUND_PER_PEER = 2
 REPLY_PATH = PATH + "#reply"  # what a reply's signature names
 AUTH_HEADER = "x-rill-signature"
 REPLIES_HEADER = "x-rill-replies"
@@ -195,8 +200,13 @@ class Transport:
         routes: dict[int, str] | None = None,
         verifier: Verifier | None = None,
         deliver: Callable[[Message], None] | None = None,
+        channels: bool = False,
     ) -> None:
         self.node_id = node_id
+        self.channels = channels  # send over framed channels (app/cluster/peer_channel.py), HTTP where refused
+        self._outbound: dict[int, Outbound] = {}
+        self._http_until: dict[int, float] = {}  # peers that refused a channel: HTTP until then (monotonic)
+        self._inbound: dict[int, list[Inbound]] = {}
         self.routes = dict(routes or {})  # peers dialed elsewhere than their member URL (a proxy in between)
         self.secret = secret
         self.tls = tls  # for https:// peers
@@ -227,6 +237,9 @@ class Transport:
             task = self._tasks.pop(pid, None)
             if task is not None:
                 task.cancel()
+            for channel in [self._outbound.pop(pid, None), *self._inbound.pop(pid, [])]:
+                if channel is not None:
+                    channel.close()
             del self.peers[pid], self._queues[pid], self._bytes[pid], self._ready[pid]
         for pid, url in wanted.items():
             if pid not in self.peers:
@@ -270,6 +283,9 @@ class Transport:
                 continue
             pieces = wire.encode_pieces(batch)  # a large entry's data is sent from where it is, not copied
             length = wire.size(pieces)
+            by_channel = self.channels and time.monotonic() >= self._http_until.get(peer, 0.0)
+            if by_channel and await self._send_on_channel(peer, pieces, length):
+                continue
             headers = {AUTH_HEADER: sign_digest(self.secret, self.node_id, peer, PATH, wire.sha256_hex(pieces))}
             if self._deliver is not None:
                 headers[REPLIES_HEADER] = "1"
@@ -298,6 +314,56 @@ class Transport:
                     if not reused or not isinstance(exc, ConnectionClosed | OSError):
                         log.debug("raft messages to node %s lost: %r", peer, exc)
                         break
+
+    async def _send_on_channel(self, peer: int, pieces: list[bytes | memoryview], length: int) -> bool:
+        """Sends a batch as one frame of the peer's channel, dialed first if needed; False if the peer
+        refuses channels (the batch then goes by HTTP). A batch lost with a broken connection is left
+        to Raft, which sends again what was not acknowledged."""
+        out = self._outbound.get(peer)
+        if out is None or not out.is_open:
+            if out is not None:
+                out.close()
+            try:
+                out = await Outbound.open(
+                    self.peers[peer], CHANNEL_PATH, self.tls, self.secret, self.node_id, peer, CONNECT_SECONDS
+                )
+            except Refused as exc:
+                log.info("node %s takes no Raft channel (%s): HTTP for %.0f s", peer, exc, HTTP_FALLBACK_SECONDS)
+                self._http_until[peer] = time.monotonic() + HTTP_FALLBACK_SECONDS
+                return False
+            except ChannelError as exc:
+                log.warning("refused a Raft channel to node %s: %s", peer, exc)
+                return True
+            except (TimeoutError, OSError) as exc:
+                log.debug("raft channel to node %s failed: %r", peer, exc)
+                return True
+            self._outbound[peer] = out
+        out.send(pieces)
+        try:
+            await out.drain(REQUEST_SECONDS + length / SLOW_PEER_BYTES_PER_SECOND)
+        except (TimeoutError, OSError) as exc:
+            log.debug("raft channel to node %s broke: %r", peer, exc)
+            out.close()
+        return True
+
+    def accept_channel(
+        self, hello: Hello, deliver: Callable[[list[Message]], None], max_payload: int
+    ) -> tuple[bytes, Inbound] | None:
+        """The 101 and the protocol for a peer's channel, or None if this node takes none from it."""
+        if not self.channels or not self.secret or hello.dst != self.node_id or hello.src not in self.peers:
+            return None
+        answer, key = welcome(self.secret, hello)
+        held = self._inbound.setdefault(hello.src, [])
+        inbound = Inbound(key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed)
+        held.append(inbound)
+        while len(held) > MAX_INBOUND_PER_PEER:  # a peer redials when its channel broke: the oldest goes
+            held.pop(0).close()
+        return welcome_head(answer), inbound
+
+    def _inbound_closed(self, inbound: Inbound) -> None:
+        held = self._inbound.get(inbound.peer)
+        if held is not None and inbound in held:
+            held.remove(inbound)
 
     def _take_reply(self, peer: int, signature: str | None, body: bytes) -> None:
         """Hands the node the messages `peer` replied with, if they are signed by it for this node."""
@@ -360,6 +426,11 @@ class Transport:
                 conn.close()
 
     async def close(self) -> None:
+        for out in self._outbound.values():
+            out.close()
+        for held in self._inbound.values():
+            for inbound in held:
+                inbound.close()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from app.cluster import channel
 from app.cluster.checkpoints import decode_chunk
 from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
 from app.cluster.transport import AUTH_HEADER, REPLIES_HEADER, Signature, Transport, Verifier, message_cap
@@ -32,6 +33,7 @@ from app.raft.messages import Membership
 from app.security.policy import require_admin
 from app.service.engine import Engine
 from app.service.limits import Limits
+from app.serving.cycle import TAKE_OVER
 
 CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up before promotion
 
@@ -130,6 +132,26 @@ async def raft_messages(
             await send_reply(send, Reply(200, {"content-type": "application/msgpack", AUTH_HEADER: signature}, body))
             return
     await send_reply(send, Reply(204))
+
+
+async def raft_channel(engine: Engine, transport: Transport | None, scope: Scope, receive: Receive, send: Send) -> None:
+    """GET with `Upgrade: rill-raft-1`: a peer opens its framed channel (app/cluster/peer_channel.py).
+    A node that takes none answers 404, and the peer sends by HTTP POST instead."""
+    call = Call.from_scope(scope, receive)
+    take_over = scope.get("extensions", {}).get(TAKE_OVER)
+    hello = channel.parse_hello(call.headers.get(channel.HEADER))
+    node = engine.node
+    accepted = None
+    if transport is not None and take_over is not None and hello is not None:
+        accepted = transport.accept_channel(hello, node.receive_all, _body_cap(engine.limits))
+    if accepted is None:
+        await send_reply(send, error_reply(404, "no_channel", "this node takes no Raft channel from you"))
+        return
+    head, inbound = accepted
+    try:
+        take_over(head, inbound)
+    except ConnectionError:
+        inbound.close()
 
 
 async def checkpoint_chunk(request: Request) -> Response:

@@ -147,7 +147,16 @@ def build_node(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
     verifier = Verifier(secret, settings.node_id)
     transport = (
         # Replies to this node's messages go to its Raft node, made below: the two send to each other.
-        Transport(settings.node_id, _members(membership), secret, peer_tls, settings.peer_routes) if clustered else None
+        Transport(
+            settings.node_id,
+            _members(membership),
+            secret,
+            peer_tls,
+            settings.peer_routes,
+            channels=settings.peer_channels,
+        )  # fmt: skip
+        if clustered
+        else None
     )
     checkpoints = Checkpoints(settings.node_id, state_store, machine, transport)
 

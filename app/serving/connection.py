@@ -34,7 +34,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from app.serving.clients import ClientSlots, client_key
-from app.serving.cycle import EXTENSION, Cycle
+from app.serving.cycle import EXTENSION, TAKE_OVER, Cycle
 from app.serving.flow import FlowControl
 from app.serving.limits import LINGER_SECONDS, EdgeLimits
 from app.serving.responses import error_response
@@ -156,6 +156,21 @@ class EdgeProtocol(asyncio.Protocol):
         self.scheme = scheme(transport)
         self._idle_since = self.loop.time()
         self._arm(self._idle_since + self.limits.keepalive_timeout)
+
+    def take_over(self, head: bytes, protocol: asyncio.Protocol) -> None:
+        """Hands the connection to `protocol` (an Upgrade the app accepted): `head`, its 101, goes out
+        first; this request, and this protocol's limits, timers and per-client slot are done with."""
+        transport = self.transport
+        if transport.is_closing():
+            raise ConnectionResetError("the connection closed before it was taken over")
+        if self.cycle is not None:
+            self.cycle.response_started = self.cycle.response_complete = True
+        self._done = True
+        self.connection_lost(ConnectionAbortedError("taken over"))  # not None: the transport stays open
+        self.flow.resume_reading()
+        transport.write(head)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -312,7 +327,7 @@ class EdgeProtocol(asyncio.Protocol):
             on_response=self.on_response_complete,
             access_log=self.access_log,
         )
-        scope["extensions"] = {EXTENSION: cycle}
+        scope["extensions"] = {EXTENSION: cycle, TAKE_OVER: self.take_over}
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, self.app)
         else:  # pipelined: queued behind the response under way, and nothing more read meanwhile

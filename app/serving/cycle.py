@@ -31,6 +31,7 @@ from app.serving.scope import client_label, path_with_query
 from app.serving.status import STATUS_LINE
 
 EXTENSION = "rill.chunks"
+TAKE_OVER = "rill.take_over"  # take_over(head, protocol): the connection becomes another protocol's
 logger = logging.getLogger("uvicorn.error")
 access_logger = logging.getLogger("uvicorn.access")
 
