@@ -126,14 +126,17 @@ class Inbound(asyncio.Protocol):
         max_payload: int,
         deliver: Callable[[list[Message]], None],
         on_close: Callable[[Inbound], None],
+        on_proven: Callable[[Inbound], None],
     ) -> None:
         self.peer = peer
         self.node_id = node_id
         self._frames = ch.FrameReader(key, max_payload)
         self._deliver = deliver
         self._on_close = on_close
+        self._on_proven = on_proven
         self.transport: asyncio.BaseTransport | None = None
         self.frames = 0
+        self.closed = False
         self.opened = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -157,6 +160,8 @@ class Inbound(asyncio.Protocol):
                 self._refuse("a message's sender or recipient is not the channel's")
                 return
             self.frames += 1
+            if self.frames == 1:
+                self._on_proven(self)
             self._deliver(messages)
 
     def _refuse(self, why: str) -> None:
@@ -164,8 +169,10 @@ class Inbound(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
+        self.closed = True
         if self.transport is not None:
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
         self._on_close(self)

@@ -56,7 +56,7 @@ log = logging.getLogger("rill.transport")
 PATH = RAFT_PATH
 CHANNEL_PATH = RAFT_PATH  # a GET with `Upgrade: rill-raft-1` on the same path opens a channel
 HTTP_FALLBACK_SECONDS = 30.0
-MAX_INBOUND_PER_PEER = 2
+MAX_UNPROVEN_PER_PEER = 2
 REPLY_PATH = PATH + "#reply"  # what a reply's signature names
 AUTH_HEADER = "x-rill-signature"
 REPLIES_HEADER = "x-rill-replies"
@@ -349,16 +349,26 @@ class Transport:
     def accept_channel(
         self, hello: Hello, deliver: Callable[[list[Message]], None], max_payload: int
     ) -> tuple[bytes, Inbound] | None:
-        """The 101 and the protocol for a peer's channel, or None if this node takes none from it."""
+        """The 101 and the protocol for a peer's channel, or None if this node takes none from it.
+
+        Anyone can ask in the peer's name; only its first frame proves the secret. So asking costs
+        only other unproven channels their place (at most MAX_UNPROVEN_PER_PEER wait, each for
+        FIRST_FRAME_SECONDS), and a proven channel replaces only the peer's older proven one."""
         if not self.channels or not self.secret or hello.dst != self.node_id or hello.src not in self.peers:
             return None
         answer, key = welcome(self.secret, hello)
         held = self._inbound.setdefault(hello.src, [])
-        inbound = Inbound(key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed)
+        held[:] = [i for i in held if not i.closed]
+        unproven = [i for i in held if not i.frames]
+        if len(unproven) >= MAX_UNPROVEN_PER_PEER:
+            unproven[0].close()
+        inbound = Inbound(key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed, self._proven)
         held.append(inbound)
-        while len(held) > MAX_INBOUND_PER_PEER:  # a peer redials when its channel broke: the oldest goes
-            held.pop(0).close()
         return welcome_head(answer), inbound
+
+    def _proven(self, inbound: Inbound) -> None:
+        for older in [i for i in self._inbound.get(inbound.peer, []) if i is not inbound and i.frames and not i.closed]:
+            older.close()  # the peer redialed: what it sent before went over the older one
 
     def _inbound_closed(self, inbound: Inbound) -> None:
         held = self._inbound.get(inbound.peer)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import msgspec
 import pytest
 
 from app.cluster import channel as ch
+from app.cluster.peer_channel import Inbound
+from app.cluster.transport import Transport
+from app.raft.messages import Message
 
 SECRET = b"s" * 32
 
@@ -82,3 +88,49 @@ def test_an_oversized_frame_is_refused_from_its_head_alone() -> None:
     head = _wire(writer.frame([b"x" * 11]))[:12]
     with pytest.raises(ch.ChannelError, match="cap"):
         reader.feed(head)  # refused before the body arrives or is buffered
+
+
+class _Socket(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def test_channels_asked_for_in_a_peers_name_never_close_its_proven_one() -> None:
+    """Anyone may ask for a channel in node 2's name; without the secret it cannot send a frame, so
+    it only displaces other unproven channels. A proven channel replaces only an older proven one."""
+
+    async def run() -> None:
+        transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
+        delivered: list[list[Message]] = []
+
+        def accept() -> tuple[Inbound, _Socket]:
+            accepted = transport.accept_channel(ch.hello(2, 1), delivered.append, 1 << 20)
+            assert accepted is not None
+            inbound, socket = accepted[1], _Socket()
+            inbound.connection_made(socket)
+            return inbound, socket
+
+        def prove(inbound: Inbound) -> None:
+            writer = ch.FrameWriter(inbound._frames.key)
+            inbound.data_received(b"".join(bytes(p) for p in writer.frame([msgspec.msgpack.encode([])])))
+
+        real, real_socket = accept()
+        prove(real)
+        attackers = [accept() for _ in range(6)]
+        assert not real_socket.closed
+        assert sum(not socket.closed for _, socket in attackers) <= 2
+        again, again_socket = accept()
+        prove(again)  # node 2 redialed: its older channel goes
+        assert real_socket.closed and not again_socket.closed
+        assert transport.accept_channel(ch.hello(3, 1), delivered.append, 1 << 20) is None  # not a member
+        assert transport.accept_channel(ch.hello(2, 7), delivered.append, 1 << 20) is None  # not this node
+        await transport.close()
+
+    asyncio.run(run())
