@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.counters.counts import RequestCounters
 from app.domain.paths import BUCKET_LIST, COMPAT_PREFIX, INTERNAL_PREFIX, LEGACY_PREFIX, RAFT_PATH
+from app.serving.cycle import SWITCHED
 
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"))
 _FAMILIES = (
@@ -61,7 +62,9 @@ def count_requests(app: ASGIApp, counters: RequestCounters) -> ASGIApp:
                 counters.live[mode] -= 1
             method = scope["method"] if scope["method"] in _METHODS else "other"
             elapsed = None if mode is not None else time.perf_counter() - started
-            # 0: the connection ended before any response began.
+            # 0: the connection ended before any response began; 101: the app took the connection over.
+            if status == 0 and scope.get(SWITCHED):
+                status = 101
             counters.finished(family_of(scope["path"]), method, status, elapsed)
 
     return counted

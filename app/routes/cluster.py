@@ -33,7 +33,7 @@ from app.raft.messages import Membership
 from app.security.policy import require_admin
 from app.service.engine import Engine
 from app.service.limits import Limits
-from app.serving.cycle import TAKE_OVER
+from app.serving.cycle import SWITCHED, TAKE_OVER
 
 CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up before promotion
 
@@ -152,6 +152,8 @@ async def raft_channel(engine: Engine, transport: Transport | None, scope: Scope
         take_over(head, inbound)
     except ConnectionError:
         inbound.close()
+        return
+    scope[SWITCHED] = True
 
 
 async def checkpoint_chunk(request: Request) -> Response:

@@ -32,6 +32,7 @@ from app.serving.status import STATUS_LINE
 
 EXTENSION = "rill.chunks"
 TAKE_OVER = "rill.take_over"  # take_over(head, protocol): the connection becomes another protocol's
+SWITCHED = "rill.switched"  # set in the scope by a route that took its connection over (an Upgrade)
 logger = logging.getLogger("uvicorn.error")
 access_logger = logging.getLogger("uvicorn.access")
 
