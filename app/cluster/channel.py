@@ -13,6 +13,9 @@ port, TLS and proxies as every other request.
   Raft messages) and a 16-byte keyed BLAKE2b tag over all of that. The first frame proves the
   dialer holds the secret too; a frame with a bad tag, out of sequence, or longer than the cap ends
   the connection, so frames cannot be forged, replayed, dropped or reordered unnoticed.
+- **Acknowledgements.** The peer answers on the same connection with the last sequence number it
+  took (8 bytes and a tag), so the dialer learns within seconds that a connection no longer
+  carries anything (a peer paused, a path that drops packets) rather than when TCP gives up.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ PROTOCOL = "rill-raft-1"
 HEADER = "x-rill-channel"
 TAG_BYTES = 16
 _HEAD = struct.Struct(">IQ")  # payload length, sequence number
+_ACK = struct.Struct(">Q")
+ACK_BYTES = _ACK.size + TAG_BYTES
 _HELLO = re.compile(r"v1 src=(?P<src>\d{1,19}) dst=(?P<dst>\d{1,19}) nonce=(?P<nonce>[0-9a-f]{32})")
 _WELCOME = re.compile(r"v1 nonce=(?P<nonce>[0-9a-f]{32}) mac=(?P<mac>[0-9a-f]{64})")
 
@@ -127,3 +132,30 @@ class FrameReader:
             del self._buffer[:end]
             out.append(payload)
         return out
+
+
+def ack(key: bytes, seq: int) -> bytes:
+    """The peer's acknowledgement of every frame up to `seq`."""
+    body = _ACK.pack(seq)
+    return body + hashlib.blake2b(b"ack" + body, key=key[:64], digest_size=TAG_BYTES).digest()
+
+
+class AckReader:
+    """The dialer's side: the acknowledgements as they come, checked."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self.acked = 0
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> int:
+        """The highest sequence number acknowledged so far; ChannelError for a forged acknowledgement."""
+        self._buffer += data
+        while len(self._buffer) >= ACK_BYTES:
+            record = bytes(self._buffer[:ACK_BYTES])
+            del self._buffer[:ACK_BYTES]
+            (seq,) = _ACK.unpack_from(record)
+            if not hmac.compare_digest(record, ack(self.key, seq)) or seq < self.acked:
+                raise ChannelError("an acknowledgement the peer did not send")
+            self.acked = seq
+        return self.acked

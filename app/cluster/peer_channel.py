@@ -24,6 +24,7 @@ log = logging.getLogger("rill.transport")
 
 HEAD_CAP = 16 * 1024  # the peer's 101 and its headers
 FIRST_FRAME_SECONDS = 10.0  # an accepted channel that has not proved itself by then is closed
+ACK_SECONDS = 3.0  # a frame not acknowledged within this ends the connection (the peer or the path is gone)
 _decoder = msgspec.msgpack.Decoder(list[Message])
 
 
@@ -37,9 +38,10 @@ class Outbound:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: bytes) -> None:
         self._writer = writer
         self._frames = ch.FrameWriter(key)
+        self._acks = ch.AckReader(key)
         self._closed = False
-        # The peer sends nothing after its 101: a read that returns is the connection ending.
-        self._watch = asyncio.ensure_future(self._watch_for_close(reader))
+        self._waiting_since: float | None = None  # when the oldest frame not yet acknowledged went out
+        self._watch = asyncio.ensure_future(self._read_acks(reader))
 
     @classmethod
     async def open(
@@ -71,10 +73,13 @@ class Outbound:
 
     @property
     def is_open(self) -> bool:
-        return not self._closed and not self._writer.is_closing()
+        stalled = self._waiting_since is not None and time.monotonic() - self._waiting_since > ACK_SECONDS
+        return not self._closed and not stalled and not self._writer.is_closing()
 
     def send(self, payload: Sequence[bytes | memoryview]) -> None:
         """Writes one frame (it goes out as the socket takes it; `drain` waits for that)."""
+        if self._waiting_since is None:
+            self._waiting_since = time.monotonic()
         self._writer.writelines(self._frames.frame(payload))
 
     async def drain(self, timeout: float) -> None:
@@ -85,10 +90,13 @@ class Outbound:
         self._watch.cancel()
         self._writer.close()
 
-    async def _watch_for_close(self, reader: asyncio.StreamReader) -> None:
+    async def _read_acks(self, reader: asyncio.StreamReader) -> None:
+        """Takes the peer's acknowledgements until the connection ends (or one is forged)."""
         try:
-            await reader.read(1)
-        except (OSError, asyncio.IncompleteReadError):
+            while data := await reader.read(4096):
+                acked = self._acks.feed(data)
+                self._waiting_since = None if acked >= self._frames.seq else time.monotonic()
+        except (OSError, ch.ChannelError):
             pass
         finally:
             self._closed = True
@@ -163,6 +171,8 @@ class Inbound(asyncio.Protocol):
             if self.frames == 1:
                 self._on_proven(self)
             self._deliver(messages)
+        if batches and self.transport is not None:
+            self.transport.write(ch.ack(self._frames.key, self._frames.seq))  # type: ignore[attr-defined]
 
     def _refuse(self, why: str) -> None:
         log.warning("closed the Raft channel from node %s: %s", self.peer, why)

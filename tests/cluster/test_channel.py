@@ -82,6 +82,17 @@ def test_a_frame_that_was_not_sent_in_order_by_the_peer_ends_the_connection(atta
         reader.feed(wire)
 
 
+def test_acknowledgements_are_checked_and_only_move_forward() -> None:
+    writer, _ = _pair()
+    acks = ch.AckReader(writer.key)
+    wire = ch.ack(writer.key, 3) + ch.ack(writer.key, 5)
+    assert acks.feed(wire[:10]) == 0 and acks.feed(wire[10:]) == 5
+    with pytest.raises(ch.ChannelError):
+        acks.feed(ch.ack(writer.key, 4))  # backwards
+    with pytest.raises(ch.ChannelError):
+        ch.AckReader(writer.key).feed(ch.ack(b"k" * 32, 9))  # not the session's key
+
+
 def test_an_oversized_frame_is_refused_from_its_head_alone() -> None:
     writer, _ = _pair()
     reader = ch.FrameReader(writer.key, max_payload=10)
@@ -100,6 +111,9 @@ class _Socket(asyncio.Transport):
 
     def is_closing(self) -> bool:
         return self.closed
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
 
 
 def test_channels_asked_for_in_a_peers_name_never_close_its_proven_one() -> None:
