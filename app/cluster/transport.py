@@ -283,9 +283,13 @@ class Transport:
                 continue
             pieces = wire.encode_pieces(batch)  # a large entry's data is sent from where it is, not copied
             length = wire.size(pieces)
-            by_channel = self.channels and time.monotonic() >= self._http_until.get(peer, 0.0)
-            if by_channel and await self._send_on_channel(peer, pieces, length):
-                continue
+            if self.channels and time.monotonic() >= self._http_until.get(peer, 0.0):
+                try:
+                    if await self._send_on_channel(peer, pieces, length):
+                        continue
+                except Exception:  # a bug here must not end this peer's sender (it did, once: see the chaos note)
+                    log.exception("raft channel to node %s failed", peer)
+                    continue
             headers = {AUTH_HEADER: sign_digest(self.secret, self.node_id, peer, PATH, wire.sha256_hex(pieces))}
             if self._deliver is not None:
                 headers[REPLIES_HEADER] = "1"
@@ -334,14 +338,14 @@ class Transport:
             except ChannelError as exc:
                 log.warning("refused a Raft channel to node %s: %s", peer, exc)
                 return True
-            except (TimeoutError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - reset or cut short mid-handshake (EOF): try again later
                 log.debug("raft channel to node %s failed: %r", peer, exc)
                 return True
             self._outbound[peer] = out
         out.send(pieces)
         try:
             await out.drain(REQUEST_SECONDS + length / SLOW_PEER_BYTES_PER_SECOND)
-        except (TimeoutError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever broke the connection, this sender lives on
             log.debug("raft channel to node %s broke: %r", peer, exc)
             out.close()
         return True

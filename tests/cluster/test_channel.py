@@ -10,7 +10,7 @@ import pytest
 from app.cluster import channel as ch
 from app.cluster.peer_channel import Inbound
 from app.cluster.transport import Transport
-from app.raft.messages import Message
+from app.raft.messages import Message, RequestVote
 
 SECRET = b"s" * 32
 
@@ -146,5 +146,33 @@ def test_channels_asked_for_in_a_peers_name_never_close_its_proven_one() -> None
         assert transport.accept_channel(ch.hello(3, 1), delivered.append, 1 << 20) is None  # not a member
         assert transport.accept_channel(ch.hello(2, 7), delivered.append, 1 << 20) is None  # not this node
         await transport.close()
+
+    asyncio.run(run())
+
+
+def test_a_peer_that_cuts_the_handshake_short_does_not_end_the_sender() -> None:
+    """A proxy or peer that accepts and closes mid-handshake (an EOF, not an OSError) once ended the
+    sender task for that peer for good: rill bench chaos found a node that never heard from it again."""
+
+    async def run() -> None:
+        accepted = 0
+
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport = Transport(1, {2: f"http://127.0.0.1:{port}"}, SECRET, channels=True)
+        transport.start()
+        for _ in range(3):
+            await transport.send([RequestVote(term=1, src=1, dst=2, last_index=0, last_term=0)])
+            await asyncio.sleep(0.2)
+        assert accepted >= 3, "every batch dialed again"
+        assert not transport._tasks[2].done(), "the sender lives on"
+        await transport.close()
+        server.close()
 
     asyncio.run(run())
