@@ -13,11 +13,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import urllib3
@@ -54,14 +54,23 @@ def _moto() -> Iterator[str]:
 
 
 def run_cold(options: ColdOptions) -> dict[str, dict[str, Any]]:
-    if options.store:
-        return _run(options, options.store, options.s3_endpoint_url or None, {})
+    return on_s3(options.store, options.s3_endpoint_url, "cold", lambda url, ep, env: _run(options, url, ep, env))
+
+
+T = TypeVar("T")
+
+
+def on_s3(store: str, endpoint: str, prefix: str, run: Callable[[str, str | None, dict[str, str]], T]) -> T:
+    """`run(store URL, endpoint, the servers' extra env)` on the S3 store given, or, with none, on
+    moto's server started for it (bucket `rill-bench`, under `prefix`)."""
+    if store:
+        return run(store, endpoint or None, {})
     os.environ.update({k: v for k, v in MOTO_ENV.items() if k not in os.environ})
-    with _moto() as endpoint:
-        store = open_store("s3://rill-bench/cold", StoreOptions(endpoint_url=endpoint))
-        assert isinstance(store, S3Store)
-        store.client.create_bucket(Bucket="rill-bench")
-        return _run(options, "s3://rill-bench/cold", endpoint, MOTO_ENV)
+    with _moto() as started:
+        made = open_store(f"s3://rill-bench/{prefix}", StoreOptions(endpoint_url=started))
+        assert isinstance(made, S3Store)
+        made.client.create_bucket(Bucket="rill-bench")
+        return run(f"s3://rill-bench/{prefix}", started, MOTO_ENV)
 
 
 def _run(options: ColdOptions, store_url: str, endpoint: str | None, env: dict[str, str]) -> dict[str, dict[str, Any]]:

@@ -12,7 +12,6 @@ existing S3 with the usual AWS_* credentials.
 
 from __future__ import annotations
 
-import os
 import random
 import resource
 import statistics
@@ -25,9 +24,9 @@ from typing import Any
 
 import httpx
 
-from app.bench.cold import MOTO_ENV, _moto, _wait_tiered
+from app.bench.cold import _wait_tiered, on_s3
 from app.bench.servers import Server, start_rill
-from app.tiering.store import S3Store, StoreOptions, open_store
+from app.tiering.store import StoreOptions, open_store
 
 
 @dataclass
@@ -42,14 +41,7 @@ class PackingOptions:
 
 
 def run_packing(options: PackingOptions) -> dict[str, dict[str, Any]]:
-    if options.store:
-        return _run(options, options.store, options.s3_endpoint_url or None, {})
-    os.environ.update({k: v for k, v in MOTO_ENV.items() if k not in os.environ})
-    with _moto() as endpoint:
-        store = open_store("s3://rill-bench/packing", StoreOptions(endpoint_url=endpoint))
-        assert isinstance(store, S3Store)
-        store.client.create_bucket(Bucket="rill-bench")
-        return _run(options, "s3://rill-bench/packing", endpoint, MOTO_ENV)
+    return on_s3(options.store, options.s3_endpoint_url, "packing", lambda url, ep, env: _run(options, url, ep, env))
 
 
 def _run(
