@@ -26,7 +26,7 @@ from typing import Any
 from app.cluster.driver_types import CheckpointLink, Send, StateMachine, Status, Unsaved
 from app.cluster.log_store import LogStore
 from app.counters.histogram import Histogram
-from app.raft.core import RaftCore
+from app.raft.core import CHANGE_IN_PROGRESS, RaftCore
 from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
 from app.raft.ready import Role
 from app.raft.validate import STALE_TERM
@@ -60,6 +60,11 @@ class ProposalDropped(Exception):
 
 class MembershipRefused(Exception):
     pass
+
+
+class MembershipBusy(MembershipRefused):
+    """The previous change (or one a new leader inherited) is not applied yet: the same request may
+    go through in a moment."""
 
 
 class RaftNode:
@@ -232,7 +237,7 @@ class RaftNode:
             raise _disk_full()
         error = self.core.membership_error(new)
         if error is not None:
-            raise MembershipRefused(error)
+            raise (MembershipBusy if error == CHANGE_IN_PROGRESS else MembershipRefused)(error)
         index = self.core.propose_membership(new, encode(new))
         assert index is not None
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

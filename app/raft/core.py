@@ -54,6 +54,9 @@ from app.raft.read_only import ReadOnly
 from app.raft.ready import Ready, Role
 from app.raft.validate import STALE_TERM, refusal
 
+# Why a membership change must wait: the last one (or one a new leader inherited) is not applied yet.
+CHANGE_IN_PROGRESS = "another membership change is still in progress"
+
 
 class RaftCore:
     def __init__(
@@ -174,7 +177,7 @@ class RaftCore:
         if self.role is not Role.LEADER or self.transferee:
             return "not the leader"
         if self.pending_membership > self.applied:
-            return "another membership change is still in progress"
+            return CHANGE_IN_PROGRESS
         return self.tracker.change_error(new)
 
     def propose_membership(self, new: Membership, data: bytes) -> int | None:

@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.cluster import channel
 from app.cluster.checkpoints import decode_chunk
-from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
+from app.cluster.driver import MembershipBusy, MembershipRefused, NotLeader, ProposalDropped, RaftNode
 from app.cluster.transport import AUTH_HEADER, REPLIES_HEADER, Signature, Transport, Verifier, message_cap
 from app.cluster.transport import decode as decode_messages
 from app.domain.errors import ProtocolError
@@ -219,6 +219,8 @@ async def _not_leader(request: Request, body: bytes = b"") -> Response:
 async def _change(node: RaftNode, new: Membership) -> Response | None:
     try:
         await node.change_membership(new)
+    except MembershipBusy as exc:
+        return _error(503, "retry", f"{exc}; retry the request", {"retry-after": "1"})
     except MembershipRefused as exc:
         return _error(409, "membership_conflict", str(exc))
     except (NotLeader, ProposalDropped):
