@@ -36,6 +36,11 @@ def pack_index_of(key: str) -> str:
     return key.removesuffix(".parquet") + ".json"
 
 
+def pack_of_index(key: str) -> str:
+    """The pack an index describes: `{name}.json` -> `{name}.parquet` (a pack's own key is kept)."""
+    return key.removesuffix(".json") + ".parquet" if key.endswith(".json") else key
+
+
 def tier_segment(table: StreamTable, cmd: TierSegment, now: int) -> Outcome:
     meta, segment = table.streams.get(cmd.sid), cmd.segment
     # Stale if the stream is gone or tiering moved on (a retried or superseded proposal).

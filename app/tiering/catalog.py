@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from app.domain.names import stream_id_problem
+from app.state_machine.cold_tier import pack_of_index
 from app.tiering import keys
 from app.tiering import pack as packs
 from app.tiering import segment as seg
@@ -159,7 +160,7 @@ def _read_index(
         raise ValueError(f"the index names bucket {index.bucket[:100]!r}")
     if index.rejected:
         skipped.append(f"{key}: {index.rejected} slices that are not well formed")
-    for name, content_type, entry in _from_index(key.removesuffix(".json") + ".parquet", index):
+    for name, content_type, entry in _from_index(pack_of_index(key), index):
         problem = stream_id_problem(name)
         if problem is not None:
             skipped.append(f"{key}: a slice of {name[:100]!r}: {problem}")

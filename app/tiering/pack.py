@@ -24,11 +24,16 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from app.state_machine.cold_tier import PACKS_DIRECTORY
+
+# A pack's keys follow the state machine's rules (cold_tier), under the names readers here use.
+from app.state_machine.cold_tier import is_pack as is_pack_key  # noqa: F401
+from app.state_machine.cold_tier import pack_index_of as index_key  # noqa: F401
 from app.tiering import segment as seg
 from app.tiering.store import ObjectStore
 
 FORMAT_VERSION = 1  # of the index; the Parquet rows are the segments' (segment.FORMAT_VERSION)
-DIRECTORY = "!packs"
+DIRECTORY = PACKS_DIRECTORY
 GROUP_BYTES = 256 << 10  # a row group closes at the first slice boundary past this
 
 
@@ -49,16 +54,6 @@ class Placement:
 
 def pack_key(bucket: str, digest: str) -> str:
     return f"{bucket}/{DIRECTORY}/{digest[:40]}.parquet"
-
-
-def index_key(key: str) -> str:
-    return key.removesuffix(".parquet") + ".json"
-
-
-def is_pack_key(key: str) -> bool:
-    """Whether a key is a pack or a pack's index (`{bucket}/!packs/…`)."""
-    parts = key.split("/")
-    return len(parts) == 3 and parts[1] == DIRECTORY
 
 
 def slice_digest(payloads: Sequence[bytes | memoryview]) -> str:

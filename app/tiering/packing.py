@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.domain.offsets import format_offset
 from app.runtime import blocking
 from app.state_machine import records as r
-from app.state_machine.cold_tier import pack_index_of
+from app.state_machine.cold_tier import pack_index_of, pack_of_index
 from app.state_machine.commands import Code, MergeSegments, TierPack
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import SegmentInfo, StreamMeta
@@ -160,7 +160,7 @@ class Packer:
 
     def referenced(self, key: str) -> bool:
         """Whether a pack (or its index) still holds a live slice."""
-        info = self.machine.pack(key.removesuffix(".json") + ".parquet" if key.endswith(".json") else key)
+        info = self.machine.pack(pack_of_index(key))
         return info is not None and info.live > 0
 
     async def merge_due(self, directory_of: Callable[[StreamMeta], str]) -> list[StreamMeta]:
