@@ -145,7 +145,6 @@ class Inbound(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.frames = 0
         self.closed = False
-        self.opened = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport

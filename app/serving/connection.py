@@ -99,6 +99,7 @@ class EdgeProtocol(asyncio.Protocol):
         self.connections: set[Any] = server_state.connections
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.parser = httptools.HttpRequestParser(self)
+        self._take_over = self.take_over  # bound once per connection, not per request
         with contextlib.suppress(AttributeError):  # httptools < 0.6.3 is strict here anyway
             # A request with `Connection: close` followed by more bytes is still answered.
             self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
@@ -327,7 +328,7 @@ class EdgeProtocol(asyncio.Protocol):
             on_response=self.on_response_complete,
             access_log=self.access_log,
         )
-        scope["extensions"] = {EXTENSION: cycle, TAKE_OVER: self.take_over}
+        scope["extensions"] = {EXTENSION: cycle, TAKE_OVER: self._take_over}
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, self.app)
         else:  # pipelined: queued behind the response under way, and nothing more read meanwhile
