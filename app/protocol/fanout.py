@@ -34,14 +34,10 @@ class Release(Enum):
 
 
 class Sink(Protocol):
-    @property
-    def closed(self) -> bool: ...
-
-    def put(self, framed: bytes, event: bytes) -> None: ...
-
-    def buffered(self) -> int: ...
-
-    def drop(self) -> None: ...
+    def offer(self, framed: bytes, event: bytes, limit: int) -> bool:
+        """Hands over an event (and the same, framed as a chunk); False if the subscriber is gone, or
+        had more than `limit` bytes not yet taken (then it is dropped: it resumes by reconnecting)."""
+        ...
 
 
 class DirectSink:
@@ -52,18 +48,8 @@ class DirectSink:
     def __init__(self, writer: Any) -> None:
         self._writer = writer
 
-    @property
-    def closed(self) -> bool:
-        return bool(self._writer.closed)
-
-    def put(self, framed: bytes, event: bytes) -> None:
-        self._writer.write(framed)
-
-    def buffered(self) -> int:
-        return int(self._writer.buffered())
-
-    def drop(self) -> None:
-        self._writer.abort()
+    def offer(self, framed: bytes, event: bytes, limit: int) -> bool:
+        return bool(self._writer.offer(framed, limit))
 
 
 class QueueSink:
@@ -76,22 +62,18 @@ class QueueSink:
         self.finished = False
         self.wake = asyncio.Event()
 
-    @property
-    def closed(self) -> bool:
-        return self.dropped
-
-    def put(self, framed: bytes, event: bytes) -> None:
+    def offer(self, framed: bytes, event: bytes, limit: int) -> bool:
+        if self.dropped:
+            return False
+        if self.size > limit:
+            self.dropped = True
+            self.pending, self.size = [], 0
+            self.wake.set()
+            return False
         self.pending.append(event)
         self.size += len(event)
         self.wake.set()
-
-    def buffered(self) -> int:
-        return self.size
-
-    def drop(self) -> None:
-        self.dropped = True
-        self.pending, self.size = [], 0
-        self.wake.set()
+        return True
 
     async def pump(self, send: Send) -> None:
         while True:
@@ -111,12 +93,12 @@ class QueueSink:
 
 
 class Subscriber:
-    __slots__ = ("cursor", "done", "last_write", "pos", "sink")
+    __slots__ = ("cursor", "done", "last_write", "offer", "pos")
 
     def __init__(self, pos: int, cursor: int | None, sink: Sink) -> None:
         self.pos = pos
         self.cursor = cursor  # the request's cursor, if it had one
-        self.sink = sink
+        self.offer = sink.offer  # bound once: called per subscriber per event
         self.done: asyncio.Future[Release] = asyncio.get_running_loop().create_future()
         self.last_write = 0.0
 
@@ -194,6 +176,7 @@ class Fanout:
         shared_cursor = next_cursor(now, None)
         current = int(shared_cursor)
         limit = engine.limits.sse_buffer_bytes
+        written_at = asyncio.get_running_loop().time()
         while subs:
             if pos >= meta.tail:
                 if not meta.closed:
@@ -201,7 +184,7 @@ class Fanout:
                     return
                 closing = control_event(pos, None, True, True)
                 for sub in subs:
-                    _write(sub, frame(closing), closing, limit)
+                    _write(sub, frame(closing), closing, limit, written_at)
                     _release(sub, Release.ENDED)
                 return
             try:
@@ -219,12 +202,18 @@ class Fanout:
             event = data + control_event(pos, shared_cursor, at_tail, closed)
             framed = frame(event)
             kept = []
-            for sub in subs:
+            for sub in subs:  # the hot loop of a fan-out: _write inlined for the shared event
                 if sub.cursor is not None and sub.cursor >= current:  # a cursor of its own: jitter
                     own = data + control_event(pos, next_cursor(now, str(sub.cursor)), at_tail, closed)
-                    ok = _write(sub, frame(own), own, limit)
+                    ok = _write(sub, frame(own), own, limit, written_at)
+                elif sub.done.done():
+                    ok = False
+                elif sub.offer(framed, event, limit):
+                    sub.last_write = written_at
+                    ok = True
                 else:
-                    ok = _write(sub, framed, event, limit)
+                    _release(sub, Release.DROPPED)
+                    ok = False
                 if ok:
                     sub.pos = pos
                     kept.append(sub)
@@ -241,28 +230,24 @@ class Fanout:
         framed = frame(PING)
         while self.feeds:
             await asyncio.sleep(interval / 2)
-            quiet_since = loop.time() - interval
+            now = loop.time()
+            quiet_since = now - interval
             for feed in list(self.feeds.values()):
                 for subs in list(feed.values()):
                     for sub in list(subs):
                         if sub.last_write <= quiet_since:
-                            _write(sub, framed, PING, self.engine.limits.sse_buffer_bytes)
+                            _write(sub, framed, PING, self.engine.limits.sse_buffer_bytes, now)
 
 
-def _write(sub: Subscriber, framed: bytes, event: bytes, limit: int) -> bool:
-    """Hands a subscriber its bytes; False (and lets it go) if it is gone or too far behind."""
-    sink = sub.sink
+def _write(sub: Subscriber, framed: bytes, event: bytes, limit: int, now: float) -> bool:
+    """Hands a subscriber its bytes; False (and lets it go) if it is gone or too far behind: a limit on
+    what it has not taken yet, before this event, so it holds at most one event more."""
     if sub.done.done():
         return False
-    if sink.closed:
+    if not sub.offer(framed, event, limit):
         _release(sub, Release.DROPPED)
         return False
-    if sink.buffered() > limit:  # what it has not taken yet, before this event: it holds at most one event more
-        sink.drop()
-        _release(sub, Release.DROPPED)
-        return False
-    sink.put(framed, event)
-    sub.last_write = asyncio.get_running_loop().time()
+    sub.last_write = now
     return True
 
 

@@ -49,6 +49,7 @@ class Cycle:
         "disconnected", "keep_alive", "waiting_for_100_continue",
         "_parts", "_size", "more_body", "_pending", "_waiter",
         "response_started", "response_complete", "chunked_encoding", "expected_content_length", "_head",
+        "status",
     )  # fmt: skip
 
     def __init__(
@@ -82,6 +83,7 @@ class Cycle:
         self.chunked_encoding: bool | None = None
         self.expected_content_length = 0
         self._head: bytes | None = None  # a head held back to go out with the body
+        self.status = 0  # the response's, once started (what the request counters read)
 
     # What the connection tells the cycle
 
@@ -202,7 +204,7 @@ class Cycle:
     def _start(self, message: Any) -> None:
         self.response_started = True
         self.waiting_for_100_continue = False
-        status = message["status"]
+        status = self.status = message["status"]
         given = message.get("headers", ())
         if self.access_log:
             scope = self.scope
@@ -246,17 +248,17 @@ class Cycle:
         """Whether a chunked response has started and the body may be written directly."""
         return self.response_started and not self.response_complete and bool(self.chunked_encoding)
 
-    @property
-    def closed(self) -> bool:
-        return self.disconnected or self.transport.is_closing()
-
-    def write(self, framed: bytes) -> None:
-        """Writes bytes already framed as a chunk (`len-in-hex CRLF data CRLF`)."""
-        self.transport.write(framed)
-
-    def buffered(self) -> int:
-        """Bytes written but not yet taken by the socket."""
-        return self.transport.get_write_buffer_size()
+    def offer(self, framed: bytes, limit: int) -> bool:
+        """Writes bytes already framed as a chunk (`len-in-hex CRLF data CRLF`); False if the connection
+        is gone, or holds more than `limit` bytes the socket has not taken (then it is aborted)."""
+        transport = self.transport
+        if self.disconnected or transport.is_closing():
+            return False
+        if transport.get_write_buffer_size() > limit:
+            self.abort()
+            return False
+        transport.write(framed)
+        return True
 
     def abort(self) -> None:
         """Drops the connection and what is buffered for it: the client reconnects from its offset."""

@@ -253,8 +253,10 @@ def ack(table: StreamTable, cmd: Ack, now: int) -> Outcome:
 
 def wake_covering(table: StreamTable, now: int) -> None:
     """Wakes the pull-wake subscriptions covering the streams the entry just applied wrote to."""
-    grown, table.grown = set(table.grown), []
-    for sid in sorted(grown):
+    grown, table.grown = table.grown, []
+    if not table.coverage.scopes:  # no subscriptions: the common case, once per append
+        return
+    for sid in sorted(set(grown)):
         meta = table.streams.get(sid)
         if meta is None:
             continue

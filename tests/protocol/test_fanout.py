@@ -27,16 +27,12 @@ class FakeWriter:
         self.ready = False
         self.closed = False
         self.written: list[bytes] = []
-        self.aborted = False
 
-    def write(self, framed: bytes) -> None:
+    def offer(self, framed: bytes, limit: int) -> bool:
+        if self.closed:
+            return False
         self.written.append(framed)
-
-    def buffered(self) -> int:
-        return 0
-
-    def abort(self) -> None:
-        self.aborted = True
+        return True
 
 
 class Subscription:
