@@ -20,6 +20,7 @@ from app.bench.cold import ColdOptions, run_cold
 from app.bench.fanout import FanoutOptions, run_fanout
 from app.bench.packing import PackingOptions, run_packing
 from app.bench.replay import ReplayOptions, run_replay
+from app.bench.replication import ReplicationOptions, run_replication
 from app.bench.report import markdown_table, print_results, write_json
 from app.bench.run import Run
 from app.bench.servers import Server, cpu_seconds, fsync_ms, start_baseline, start_reference, start_rill
@@ -40,6 +41,7 @@ SELF_HOSTED: dict[str, tuple[type, Callable[[Any], dict[str, dict[str, Any]]]]] 
     "packing": (PackingOptions, run_packing),
     "webhooks": (WebhookOptions, run_webhooks),
     "subscriptions": (SubscriptionOptions, run_subscriptions),
+    "replication": (ReplicationOptions, run_replication),
 }
 
 
@@ -78,6 +80,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "subscriptions", help="idle CPU, append p99 and wake latency with many subscriptions on a 3-node cluster"
     )
     _add_options(subs, SubscriptionOptions)
+    replicated = workloads.add_parser(
+        "replication", help="CPU per replicated append and throughput: 3 nodes (HTTP, channels) against 1, alternating"
+    )
+    _add_options(replicated, ReplicationOptions)
     workloads.add_parser("patterns", help="subscription patterns against 1 KiB stream names, worst shapes first")
     soaked = workloads.add_parser(
         "soak", help="long mixed load at a fixed rate: leaks, 5xx, lost or duplicated appends"
@@ -130,6 +136,7 @@ def main(args: argparse.Namespace) -> None:
     if args.workload in SELF_HOSTED:
         options_type, runner = SELF_HOSTED[args.workload]
         chosen = _options(args, options_type)
+        _check(chosen)
         results = runner(chosen)
         print_results(f"rill bench {args.workload}", results)
         if args.json_out:
