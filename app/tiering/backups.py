@@ -1,7 +1,9 @@
 """The leader's state backups: the applied state, now and then, as immutable objects in the store.
 
 A backup is written at most every `interval` seconds, and sooner once `entries` entries have been
-applied since the last one (but not within `MIN_GAP_SECONDS` of it). It is built from a RocksDB
+applied since the last one (but not within `MIN_GAP_SECONDS` of it, nor before `MAX_SHARE` of the
+time since it has gone into taking it: its cost grows with the state, and a busy leader must not
+spend more of its time on backups as its state grows). It is built from a RocksDB
 checkpoint of the state store, a consistent view taken in a moment, and encoded and uploaded on the
 thread pools: appends go on meanwhile. The newest `keep` backups are kept; older ones are deleted.
 
@@ -29,6 +31,7 @@ from app.tiering.store import ObjectStore, StoreUnavailable
 log = logging.getLogger("rill.backups")
 
 MIN_GAP_SECONDS = 5.0
+MAX_SHARE = 0.05  # of the leader's time that backups sooner than `interval` may take
 RETRY_SECONDS = 10.0
 
 
@@ -54,6 +57,7 @@ class Written:
     index: int
     created_at: int  # ms
     size: int
+    took_ms: int = 0  # from the start of its checkpoint to its upload's end
 
 
 class StateBackups:
@@ -84,7 +88,8 @@ class StateBackups:
         elapsed = (now - last.created_at) / 1000
         if elapsed >= self.config.interval:
             return True
-        return applied - last.index >= self.config.entries and elapsed >= MIN_GAP_SECONDS
+        soonest = max(MIN_GAP_SECONDS, last.took_ms / 1000 / MAX_SHARE)
+        return applied - last.index >= self.config.entries and elapsed >= soonest
 
     async def run_forever(self, every: float = 1.0) -> None:
         while True:
@@ -103,7 +108,7 @@ class StateBackups:
         now = self.node.now_ms()
         try:
             header, key, size = await self._write(now)
-            self.last = Written(key, header.index, header.created_at, size)
+            self.last = Written(key, header.index, header.created_at, size, self.node.now_ms() - now)
             self.written += 1
             self.last_error = None
             await blocking.run("backups", self._prune)

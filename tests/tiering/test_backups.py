@@ -53,6 +53,18 @@ def test_a_new_leader_backs_up_at_once_then_on_the_interval_or_after_enough_entr
     assert not backups.due(leader.now + 60_000)
 
 
+def test_backups_sooner_than_the_interval_take_at_most_a_twentieth_of_the_time(tmp_path: Path) -> None:
+    h, leader, backups, store = _backups(tmp_path, interval=600, entries=1)
+    written = asyncio.run(backups.write_once())
+    assert written is not None
+    written.took_ms = 2_000  # a large state: its backup took 2 s
+    h.append("s", b"x")
+    assert not backups.due(leader.now + 39_000)  # enough entries, but 2 s is more than 5% of 39 s
+    assert backups.due(leader.now + 40_000)
+    written.took_ms = 60_000  # a backup that took longer than the interval does not delay the interval's
+    assert backups.due(leader.now + 600_000)
+
+
 def test_only_the_newest_backups_are_kept(tmp_path: Path) -> None:
     h, leader, backups, store = _backups(tmp_path, keep=2)
     indexes = []
