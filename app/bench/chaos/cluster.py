@@ -6,6 +6,7 @@ data directory can sit on a small tmpfs, for full-disk faults."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import socket
@@ -163,13 +164,27 @@ class ChaosCluster:
         if self.disk_node is not None and not self.disk_skipped:
             subprocess.run(["umount", "-l", str(self.members[self.disk_node].data_dir)], check=False)
 
-    def log_errors(self, most: int = 40) -> list[str]:
-        found: list[str] = []
-        for log in sorted(self.root.glob("n*.log")):
-            for line in log.read_text(errors="replace").splitlines():
-                if line.startswith("Traceback") or " ERROR " in line or "AssertionError" in line:
-                    found.append(f"{log.stem}: {line}")
-        return found[:most]
+    def log_errors(self) -> list[str]:
+        return log_errors(self.root)
+
+
+_RECORD = re.compile(r"\d{4}-\d\d-\d\d ")  # a log record's first line starts with its date
+
+
+def log_errors(root: Path, most: int = 400) -> list[str]:
+    """Error records of the nodes' logs under `root`, each with its continuation lines (the task, the
+    traceback down to its exception), up to the next record."""
+    found: list[str] = []
+    for log in sorted(root.glob("n*.log")):
+        in_error = False
+        for line in log.read_text(errors="replace").splitlines():
+            if _RECORD.match(line):
+                in_error = " ERROR " in line or "AssertionError" in line
+            elif line.startswith("Traceback"):
+                in_error = True
+            if in_error:
+                found.append(f"{log.stem}: {line}")
+    return found[:most]
 
 
 def _bound() -> socket.socket:

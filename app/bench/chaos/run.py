@@ -185,5 +185,5 @@ def report(options: ChaosOptions, history: History, verdict: Verdict, errors: li
             lines += [f"    {json.dumps(op)[:300]}" for op in v.excerpt]
     if errors:
         lines.append("\nnode log errors:")
-        lines += [f"  {e}" for e in errors[:20]]
+        lines += [f"  {e}" for e in errors[:80]]
     return "\n".join(lines)
