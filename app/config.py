@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     )
     cluster_secret: str = Field("", description="shared by the nodes; signs their Raft messages")
     peer_channels: bool = Field(
-        False, description="send Raft messages over a framed channel per peer (HTTP POST where a peer refuses)"
+        True, description="send Raft messages over a framed channel per peer (HTTP POST where a peer refuses)"
     )
     cluster_secret_file: Path | None = Field(None, description="read the cluster secret from this file")
     forward_writes: bool = Field(

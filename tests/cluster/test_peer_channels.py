@@ -1,6 +1,6 @@
-"""A real 3-node cluster sending its Raft messages over framed peer channels (`peer_channels`): no
-HTTP request per batch, reads that stay fast past every idle timeout, a failover, and a dialer that
-is not what it says refused."""
+"""A real 3-node cluster sending its Raft messages over framed peer channels (the default): no HTTP
+request per batch, reads that stay fast past every idle timeout, a node with channels off sent HTTP
+batches instead, a failover, and a dialer that is not what it says refused."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ SECRET = RillCluster.SECRET.encode()
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[RillCluster]:
-    nodes = RillCluster(tmp_path, 3, env={"RILL_PEER_CHANNELS": "true"}).start()
+    nodes = RillCluster(tmp_path, 3).start()  # channels are the default
     yield nodes
     nodes.stop()
 
@@ -58,6 +58,29 @@ def test_batches_go_over_channels_and_reads_stay_fast_past_every_idle_timeout(cl
         requests = _raft_requests(node.url)
         assert "POST" not in requests, f"{node.url} got Raft batches by HTTP: {requests}"
         assert requests.get("GET 101", 0) >= 1  # the channels' upgrades (counted as 101)
+
+
+def test_a_node_with_channels_off_is_sent_http_batches_and_the_cluster_works(tmp_path: Path) -> None:
+    """Channels are the default; a node that refuses them (an older one, or `peer_channels = false`)
+    still takes part: the others fall back to signed HTTP requests for it, and it sends them some."""
+    cluster = RillCluster(tmp_path, 3)
+    cluster.nodes[3].env["RILL_PEER_CHANNELS"] = "false"
+    cluster.start()
+    try:
+        leader = cluster.nodes[cluster.wait_for_leader()]
+        with httpx.Client(timeout=10, follow_redirects=True) as client:
+            assert client.put(leader.url + "/v1/stream/m", headers=TEXT).status_code == 201
+            for i in range(30):
+                assert client.post(leader.url + "/v1/stream/m", headers=TEXT, content=b"%d;" % i).status_code == 204
+            expected = b"".join(b"%d;" % i for i in range(30))
+            for node in cluster.nodes.values():
+                assert client.get(node.url + "/v1/stream/m", params={"offset": "-1"}).content == expected
+        off = _raft_requests(cluster.nodes[3].url)
+        assert off.get("POST", 0) >= 1 and "GET 101" not in off  # HTTP batches only, no channel accepted
+        on = [_raft_requests(cluster.nodes[n].url) for n in (1, 2)]
+        assert all(r.get("GET 101", 0) >= 1 for r in on)  # 1 and 2 talk over channels
+    finally:
+        cluster.stop()
 
 
 def test_a_failover_redials_and_the_restarted_node_catches_up(cluster: RillCluster) -> None:
