@@ -130,6 +130,11 @@ class Cycle:
                 self.transport.close()
         finally:
             self.on_response = _nothing
+            # The scope's extensions hold this cycle (and the connection): a reference cycle that only
+            # the garbage collector would free, taking every request's objects with it, in pauses.
+            extensions = self.scope.get("extensions")
+            if extensions:
+                extensions.clear()
 
     async def send_500_response(self) -> None:
         body = error_body("internal_error", "internal server error")

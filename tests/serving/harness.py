@@ -67,6 +67,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.requests: list[tuple[Any, bytes]] = []
+        self.extensions: list[dict[str, Any]] = []  # as each request saw them (the edge clears them after)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         body = b""
@@ -76,6 +77,7 @@ class Recorder:
             if not message.get("more_body"):
                 break
         self.requests.append((scope, body))
+        self.extensions.append(dict(scope.get("extensions") or {}))
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
         await send({"type": "http.response.body", "body": body})
 
