@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +28,9 @@ from typing import Any
 import httpx
 
 from app.bench.append_wrk import check_wrk, run_wrk
+from app.bench.memory_cluster import leader_first, start_cluster
 from app.bench.run import Run
-from app.bench.servers import cpu_seconds, free_port
+from app.bench.servers import Server, cpu_seconds, start_rill
 
 MODES = ("channels", "single", "http")  # the first is the table's first column: its ratios to the others
 STREAMS = 100
@@ -55,53 +54,12 @@ class ReplicationOptions:
             raise SystemExit("--rounds must be at least 1")
 
 
-@dataclass
-class _Nodes:
-    processes: dict[int, subprocess.Popen[bytes]]
-    urls: dict[int, str]
-
-    def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _start(mode: str, data: Path) -> _Nodes:
-    count = 1 if mode == "single" else 3
-    ports = {n: free_port() for n in range(1, count + 1)}
-    peers = ",".join(f"{n}=http://127.0.0.1:{port}" for n, port in ports.items())
-    env = {**os.environ, "RILL_PEER_CHANNELS": "true" if mode == "channels" else "false"}
-    secret = data / "secret"
-    secret.write_text(secrets.token_hex(32))
-    processes = {}
-    for n, port in ports.items():
-        cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--data-dir", str(data / f"node-{n}")]
-        if count > 1:
-            cmd += ["--node-id", str(n), "--peers", peers, "--cluster-secret-file", str(secret)]
-        processes[n] = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return _Nodes(processes, {n: f"http://127.0.0.1:{port}" for n, port in ports.items()})
-
-
-def _leader(nodes: _Nodes, timeout: float = 30.0) -> int:
-    """The node that answers /healthz as leader (the only node of a single-node run)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for n, url in nodes.urls.items():
-            if nodes.processes[n].poll() is not None:
-                raise RuntimeError(f"node {n} exited with status {nodes.processes[n].returncode}")
-            try:
-                if httpx.get(url + "/healthz", timeout=1).json().get("role") in ("leader", None):
-                    return n
-            except (httpx.HTTPError, ValueError):
-                pass
-        time.sleep(0.1)
-    raise RuntimeError(f"no leader within {timeout:.0f} s")
+def _start(mode: str, data: Path) -> list[Server]:
+    """The servers of one mode, the leader first (auth off, started as the other benches start them)."""
+    env = {"RILL_PEER_CHANNELS": "true" if mode == "channels" else "false"}
+    if mode == "single":
+        return [start_rill(data, env=env)]
+    return leader_first(start_cluster(data, env=env))
 
 
 def _pin(pid: int, cpu: int) -> None:
@@ -111,43 +69,40 @@ def _pin(pid: int, cpu: int) -> None:
 
 def _one(mode: str, opts: ReplicationOptions, tmp: Path) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=tmp))
-    nodes = _start(mode, data)
+    servers: list[Server] = []
     try:
-        leader = _leader(nodes)
-        for n, process in nodes.processes.items():
-            _pin(process.pid, opts.leader_cpu if n == leader else opts.others_cpu)
+        servers = _start(mode, data)
+        for i, server in enumerate(servers):
+            _pin(server.process.pid, opts.others_cpu if i else opts.leader_cpu)
+        targets = [f"{servers[0].url}/r{i}" for i in range(STREAMS)]
         with httpx.Client(timeout=10) as client:
-            for i in range(STREAMS):
-                url = f"{nodes.urls[leader]}/v1/stream/r{i}"
+            for url in targets:
                 client.put(url, headers={"content-type": "application/octet-stream"}).raise_for_status()
-        targets = [f"{nodes.urls[leader]}/v1/stream/r{i}" for i in range(STREAMS)]
-        pids = {n: p.pid for n, p in nodes.processes.items()}
-        result, used = asyncio.run(_load(targets, pids, opts))
+        result, used = asyncio.run(_load(targets, [s.process.pid for s in servers], opts))
     finally:
-        nodes.stop()
+        for server in servers:
+            server.stop()
         shutil.rmtree(data, ignore_errors=True)
     ok, seconds = result["ok"], result["seconds"]
-    followers = [used[n] for n in used if n != leader]
+    leader, followers = used[0], used[1:]
     return {
         "per_second": result["per_second"],
         "p99_ms": result["p99_ms"],
-        "leader_cpu_us_per_append": used[leader] / ok * 1e6 if ok else float("nan"),
+        "leader_cpu_us_per_append": leader / ok * 1e6 if ok else float("nan"),
         "follower_cpu_us_per_append": statistics.mean(followers) / ok * 1e6 if ok and followers else float("nan"),
-        "leader_core": used[leader] / seconds,
+        "leader_core": leader / seconds,
         "client_cpu": result["client_cpu"],
         "errors": result["errors"],
     }
 
 
-async def _load(
-    targets: list[str], pids: dict[int, int], opts: ReplicationOptions
-) -> tuple[dict[str, Any], dict[int, float]]:
+async def _load(targets: list[str], pids: list[int], opts: ReplicationOptions) -> tuple[dict[str, Any], list[float]]:
     """wrk's warm-up, then its measured run; its report, and each node's CPU seconds over the latter."""
     run, payload, octet = Run(targets), b"x" * opts.size, "application/octet-stream"
     await run_wrk(run, targets, payload, octet, opts.writers, 0, opts.warmup)
-    before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+    before = [cpu_seconds(pid) for pid in pids]
     result = await run_wrk(run, targets, payload, octet, opts.writers, 0, opts.seconds)
-    return result, {n: cpu_seconds(pid) - before[n] for n, pid in pids.items()}
+    return result, [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
 
 
 def run_replication(opts: ReplicationOptions) -> dict[str, dict[str, Any]]:
