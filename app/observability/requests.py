@@ -60,14 +60,17 @@ def count_requests(app: ASGIApp, counters: RequestCounters) -> ASGIApp:
         started = time.perf_counter()
         # Rill's edge records the status itself (one wrapper less per send on every request).
         cycle = scope.get("extensions", {}).get(EXTENSION)
-        if not isinstance(cycle, Cycle):
-            cycle = None
-        seen = _Status() if cycle is None else cycle
+        seen: Cycle | _Status
+        if isinstance(cycle, Cycle):
+            seen = cycle
+        else:
+            seen = _Status()
+            send = seen.watching(send)
         mode = live_mode(scope["query_string"])
         if mode is not None:
             counters.live[mode] += 1
         try:
-            await app(scope, receive, send if cycle is not None else seen.watching(send))
+            await app(scope, receive, send)
         finally:
             if mode is not None:
                 counters.live[mode] -= 1

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from app.domain.offsets import format_offset
 from app.pipeline.options import Bounds, Range, ReadOptions
+from app.state_machine.cold_tier import is_pack
 from app.tiering import catalog
 from app.tiering import pack as packs
 from app.tiering.keys import manifest_candidates
@@ -60,7 +61,7 @@ def _is_catalog_key(key: str) -> bool:
     """A stream's manifest or a pack's index (as `catalog.listing` keeps them)."""
     if key.endswith("/manifest.json"):
         return key.count("/") == 2  # a stream's directory name has no '/'
-    return key.endswith(".json") and packs.is_pack_key(key)
+    return key.endswith(".json") and is_pack(key)
 
 
 def _listed(store: ObjectStore, opts: ReadOptions) -> list[str]:

@@ -173,12 +173,9 @@ class DiskGuard:
 
     def check(self, nbytes: int = 0) -> None:
         """Raises the 507 a write that adds data gets while free space is below the watermark; else
-        counts the write's `nbytes` against free space until the next measure (every write's path:
-        kept to one clock read and one watermark)."""
-        if self._clock() - self._checked_at >= self._refresh_seconds:
-            self.refresh()
-        free = self._usage.free - self._admitted
-        watermark = self.watermark
+        counts the write's `nbytes` against free space until the next measure."""
+        free = self.free()
+        watermark = self.watermark  # computed once: this is every write's path
         if free < watermark:
             raise insufficient_storage(
                 f"the node's disk is nearly full ({max(free, 0)} bytes free, {watermark} kept in reserve): "

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from app.domain.names import stream_id_problem
-from app.state_machine.cold_tier import pack_of_index
+from app.state_machine.cold_tier import is_pack, pack_of_index
 from app.tiering import keys
 from app.tiering import pack as packs
 from app.tiering import segment as seg
@@ -61,7 +61,7 @@ def _entry_key(directory: str, bucket: str, e: seg.SegmentEntry) -> str | None:
     stream's own `segments/`, or a pack of its bucket."""
     key = posixpath.normpath(posixpath.join(directory, e.path))
     if e.group >= 0:
-        return key if packs.is_pack_key(key) and key.startswith(f"{bucket}/") and key.endswith(".parquet") else None
+        return key if is_pack(key) and key.startswith(f"{bucket}/") and key.endswith(".parquet") else None
     inside = key.startswith(f"{directory}/segments/") and "/" not in key.removeprefix(f"{directory}/segments/")
     return key if inside and key.endswith(".parquet") else None
 
@@ -137,7 +137,7 @@ def read(
         except KeyError:  # deleted since the listing
             continue
         try:
-            if packs.is_pack_key(key):
+            if is_pack(key):
                 _read_index(key, packs.PackIndex.from_json(raw), found, sliced, skipped)
             else:
                 _read_manifest(key, seg.Manifest.from_json(raw), found, own, skipped)
@@ -192,7 +192,7 @@ def listing(store: ObjectStore, bucket: str | None = None) -> list[str]:
     """The keys of every stream manifest and pack index (of one bucket, or of all)."""
     out = []
     for key in store.list("" if bucket is None else f"{bucket}/"):
-        if key.endswith(".json") and packs.is_pack_key(key) or key.endswith("/manifest.json") and key.count("/") == 2:
+        if key.endswith(".json") and is_pack(key) or key.endswith("/manifest.json") and key.count("/") == 2:
             out.append(key)
     return out
 

@@ -25,10 +25,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.state_machine.cold_tier import PACKS_DIRECTORY
-
-# A pack's keys follow the state machine's rules (cold_tier), under the names readers here use.
-from app.state_machine.cold_tier import is_pack as is_pack_key  # noqa: F401
-from app.state_machine.cold_tier import pack_index_of as index_key  # noqa: F401
 from app.tiering import segment as seg
 from app.tiering.store import ObjectStore
 

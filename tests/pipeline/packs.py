@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from app.domain.offsets import format_offset
+from app.state_machine.cold_tier import pack_index_of
 from app.tiering import pack as packs
 from app.tiering.segment import Record, SegmentEntry, stream_dir
 from app.tiering.store import ObjectStore, sha256_hex
@@ -50,7 +51,7 @@ def write_pack(store: ObjectStore, bucket: str, slices: Sequence[packs.Slice], d
     store.put(key, data)
     index = packs.PackIndex(bucket, posixpath.basename(key), len(data), digest)
     index.slices = [index_entry(s, p) for i, (s, p) in enumerate(zip(slices, placements, strict=True)) if i not in dead]
-    store.put(packs.index_key(key), index.to_json())
+    store.put(pack_index_of(key), index.to_json())
     return Written(key, len(data), digest, placements, index)
 
 

@@ -33,6 +33,7 @@ from app.service import restore as restore_module
 from app.service.restore import Restored, RestoreError, restore
 from app.state_machine import backup
 from app.state_machine import records as r
+from app.state_machine.cold_tier import pack_index_of
 from app.state_machine.commands import ForgetObjects
 from app.state_machine.machine import StateMachine
 from app.storage.rocks import RocksKV
@@ -148,7 +149,7 @@ def _put_pack(store: FileStore, slices: list[tuple[str, list[bytes]]]) -> tuple[
 
 
 def _put_index(store: FileStore, key: str, doc: dict[str, Any] | bytes) -> None:
-    store.put(packs.index_key(key), doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+    store.put(pack_index_of(key), doc if isinstance(doc, bytes) else json.dumps(doc).encode())
 
 
 @dataclass

@@ -33,6 +33,7 @@ import pytest
 
 from app.domain.offsets import format_offset
 from app.state_machine import records as r
+from app.state_machine.cold_tier import is_pack, pack_index_of
 from app.tiering import catalog, keys
 from app.tiering import pack as packs
 from app.tiering import segment as seg
@@ -95,7 +96,7 @@ def _build(store: FileStore, slices: dict[str, list[bytes]] | None = None) -> Pa
                 T0 + len(recs) - 1,
             )  # fmt: skip
         )
-    store.put(packs.index_key(key), index.to_json())
+    store.put(pack_index_of(key), index.to_json())
     return Packed(store, key, data, infos, json.loads(index.to_json()))
 
 
@@ -365,7 +366,7 @@ def _well_formed(found: dict[tuple[str, str], catalog.StreamEntries]) -> None:
             parts = e.key.split("/")
             assert not e.key.startswith("/") and ".." not in parts and "\x00" not in e.key, f"{name}: key {e.key!r}"
             if e.packed:
-                assert e.row >= 0 and packs.is_pack_key(e.key) and e.key.startswith(f"{bucket}/"), e
+                assert e.row >= 0 and is_pack(e.key) and e.key.startswith(f"{bucket}/"), e
             else:
                 assert e.key.startswith((own, legacy)), f"{name}: {e.key!r} is not in its directory {own!r}"
             if previous is not None:
@@ -490,7 +491,7 @@ def test_an_index_slice_with_hostile_fields_is_refused_or_skipped(cataloged: Pac
         doc["size"] = change["__size"]
     else:
         doc["slices"][1].update(change)
-    cataloged.store.put(packs.index_key(cataloged.key), json.dumps(doc).encode())
+    cataloged.store.put(pack_index_of(cataloged.key), json.dumps(doc).encode())
     found = _read(cataloged.store)
     if found is not None:
         assert (B, "s") in found
