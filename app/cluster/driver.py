@@ -9,9 +9,7 @@ At most one sync runs at a time, on a persister thread, and the loop keeps
 serving while it runs (the sync releases the GIL). Whatever becomes ready
 meanwhile is buffered and goes into the next sync as one batch. A Ready's
 messages are sent only once its sync is done: votes and acknowledgements
-must never outrun the disk. A leader's appends are the exception: they may
-go out before its own sync, and with peers some go out straight from
-`propose` (EAGER_PROPOSALS).
+must never outrun the disk.
 """
 
 from __future__ import annotations
@@ -46,11 +44,6 @@ COMPACT_KEEP = 5_000
 CHECKPOINT_RETRY_SECONDS = 1.0
 RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores again
 REFUSAL_LOG_SECONDS = 10.0
-# A leader with peers sends the appends of every this many proposals from `propose` itself, rather
-# than all of an event-loop iteration's proposals at its end: the followers sync the first ones
-# while the leader still handles the rest. Smaller means earlier appends but more of them, each
-# costing CPU on every node (docs/benchmarks.md).
-EAGER_PROPOSALS = 8
 READ_RETRY_SECONDS = 0.3  # a ReadIndex unanswered this long is asked again, then after twice as long
 
 
@@ -84,7 +77,6 @@ class RaftNode:
         *,
         learners: list[int] | None = None,
         send: Send | None = None,
-        post: Callable[[list[Message]], None] | None = None,
         checkpoints: CheckpointLink | None = None,
         on_membership: Callable[[Membership], None] | None = None,
         on_failure: Callable[[], None] | None = None,
@@ -94,15 +86,12 @@ class RaftNode:
         compact_keep: int | None = None,
         executor: Executor | None = None,
         unsafe_commit_alone: bool = False,
-        eager_proposals: int = EAGER_PROPOSALS,
     ) -> None:
         self.id = node_id
         self._commit_alone = unsafe_commit_alone  # TEST ONLY: see RaftCore.commit_alone
         self.log_store = log_store
         self.machine = machine
         self._send = send
-        self._post = post  # `send` without the await, for appends sent from `propose`
-        self._eager = eager_proposals
         self.checkpoints = checkpoints
         self.on_membership = on_membership
         self.on_failure = on_failure  # a node whose driver died must not linger
@@ -238,9 +227,6 @@ class RaftNode:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((data, fut, decoded))
         self._wake.set()
-        if self._post is not None and len(self._pending) >= self._eager and self.core.tracker.progress:
-            self._take_pending()
-            self._post(self.core.take_appends())  # persisted, like every proposal, by the next step
         return await fut
 
     async def change_membership(self, new: Membership) -> None:
@@ -336,7 +322,17 @@ class RaftNode:
         inbox, self._inbox = self._inbox, []
         for msg in inbox:
             self.core.step(msg)
-        self._take_pending()
+        pending, self._pending = self._pending, []
+        for data, fut, decoded in pending:
+            if fut.done():
+                continue  # the caller gave up (cancelled) before its proposal was taken
+            index = self.core.propose(data)
+            if index is None:
+                fut.set_exception(NotLeader(self.core.leader))
+            else:
+                self._waiters[index] = (self.core.term, fut)
+                if decoded is not None:
+                    self._proposed[index] = (data, decoded)
         if self._read_requests:
             self._ask_read_index()
         while True:
@@ -370,19 +366,6 @@ class RaftNode:
             self._start_sync()
             if not rd and not synced:
                 return
-
-    def _take_pending(self) -> None:
-        pending, self._pending = self._pending, []
-        for data, fut, decoded in pending:
-            if fut.done():
-                continue  # the caller gave up (cancelled) before its proposal was taken
-            index = self.core.propose(data)
-            if index is None:
-                fut.set_exception(NotLeader(self.core.leader))
-            else:
-                self._waiters[index] = (self.core.term, fut)
-                if decoded is not None:
-                    self._proposed[index] = (data, decoded)
 
     def _ask_read_index(self) -> None:
         requests, self._read_requests = self._read_requests, []

@@ -173,7 +173,6 @@ def build_node(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
         machine,
         learners=sorted(membership.learners),
         send=transport.send if transport else None,
-        post=transport.post if transport else None,
         checkpoints=checkpoints,
         on_membership=membership_changed,
         on_failure=lambda: os.kill(os.getpid(), signal.SIGTERM),

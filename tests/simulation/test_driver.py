@@ -43,7 +43,6 @@ def test_a_seed_replays_exactly() -> None:
     # Faults and recovery were exercised, through the driver's own paths.
     assert first.stats["crashes"] > 0 and first.stats["installs"] > 0
     assert first.stats["largest_sync"] > 1  # group commit: one sync for several entries
-    assert first.stats["early_appends"] > 0  # a leader sent appends from `propose`, ahead of its Ready
 
 
 def test_the_simulation_catches_a_state_store_that_never_syncs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,11 +8,9 @@ STREAMS = ("s0", "s1", "s2")
 CLIENTS = 6
 THINK_SECONDS = 0.5  # a client waits up to this long between appends
 READERS = 2
-EAGER_PROPOSALS = 2  # appends sent from `propose` once this many wait (the server's 8 is rare with 6 clients)
 COMPACT_EVERY = 30
 COMPACT_KEEP = 8
 CHECKPOINT_TIMEOUT = 5.0
 STATS = (
     "acked", "reads", "installs", "crashes", "syncs", "entries_synced", "largest_sync", "messages", "transfers", "acks",
-    "early_appends",
 )  # fmt: skip

@@ -19,7 +19,7 @@ from app.raft.messages import Message
 from app.state_machine import records
 from tests.simulation.driver.checkpoints import Link
 from tests.simulation.driver.checks import Machine, check_durable
-from tests.simulation.driver.config import COMPACT_EVERY, COMPACT_KEEP, EAGER_PROPOSALS, TICK
+from tests.simulation.driver.config import COMPACT_EVERY, COMPACT_KEEP, TICK
 from tests.simulation.driver.disk import DiskKV, Persister
 
 if TYPE_CHECKING:
@@ -68,14 +68,12 @@ class Incarnation:
             machine,
             learners=learners,
             send=self.send,
-            post=self.send_early,
             checkpoints=self.link,
             tick_seconds=TICK,
             seed=sim.seed * 1000 + member.id * 100 + number,
             compact_entries=COMPACT_EVERY,
             compact_keep=COMPACT_KEEP,
             executor=self.persister,
-            eager_proposals=EAGER_PROPOSALS,
         )
         self.raft.on_failure = self._failed
         self.spawn(self.raft.start())
@@ -88,14 +86,6 @@ class Incarnation:
         return asyncio.get_running_loop().create_task(coro, context=self.ctx.copy())
 
     async def send(self, messages: list[Message]) -> None:
-        self._post(messages)
-
-    def send_early(self, messages: list[Message]) -> None:
-        """A leader's appends sent from `propose`, ahead of its next Ready."""
-        self.sim.stats["early_appends"] += bool(messages)
-        self._post(messages)
-
-    def _post(self, messages: list[Message]) -> None:
         if self.dead:
             return
         for msg in messages:
