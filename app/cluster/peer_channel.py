@@ -82,10 +82,6 @@ class Outbound:
             self._waiting_since = time.monotonic()
         self._writer.writelines(self._frames.frame(payload))
 
-    def backlog(self) -> int:
-        """Bytes written but not yet taken by the socket."""
-        return self._writer.transport.get_write_buffer_size()
-
     async def drain(self, timeout: float) -> None:
         await asyncio.wait_for(self._writer.drain(), timeout)
 

@@ -249,16 +249,6 @@ class Transport:
                     self._tasks[pid] = asyncio.create_task(self._sender(pid))
 
     async def send(self, messages: list[Message]) -> None:
-        """Queues `messages` for their peers' senders, which pack what a loop iteration queued together."""
-        self._dispatch(messages, write_now=False)
-
-    def post(self, messages: list[Message]) -> None:
-        """Sends `messages` at once where a peer's channel is open and idle (appends a leader sends
-        mid-iteration, app/cluster/driver.py: EAGER_PROPOSALS); queues them otherwise."""
-        self._dispatch(messages, write_now=True)
-
-    def _dispatch(self, messages: list[Message], write_now: bool) -> None:
-        direct: dict[int, list[Message]] = {}
         for msg in messages:
             queue = self._queues.get(msg.dst)
             if queue is None:
@@ -267,38 +257,11 @@ class Transport:
             if held is not None and held.size + _size(msg) <= BATCH_BYTES:
                 held.add(msg)
                 continue
-            if write_now and not queue and (msg.dst in direct or self._writable(msg.dst)):
-                direct.setdefault(msg.dst, []).append(msg)
-                continue
             queue.append(msg)
             self._bytes[msg.dst] += _size(msg)
             while self._bytes[msg.dst] > MAX_QUEUED_BYTES and len(queue) > 1:
                 self._bytes[msg.dst] -= _size(queue.popleft())
             self._ready[msg.dst].set()
-        for peer, batch in direct.items():
-            self._write_now(peer, batch)
-
-    def _writable(self, peer: int) -> bool:
-        """Whether a batch for `peer` may be written to its channel right away: the channel is open,
-        the peer's queue is empty (checked by the caller: nothing sent before is still waiting) and
-        the socket keeps up. A sender between taking a batch and writing it is dialing, so the
-        channel is not open meanwhile."""
-        out = self._outbound.get(peer)
-        return out is not None and out.is_open and out.backlog() < BATCH_BYTES
-
-    def _write_now(self, peer: int, batch: list[Message]) -> None:
-        """Writes `batch` to `peer`'s open channel in frames of about BATCH_BYTES, now rather than when
-        the sender task next runs (at the earliest, the loop's next iteration)."""
-        out = self._outbound[peer]
-        frame: list[Message] = []
-        size = 0
-        for msg in batch:
-            if frame and size + _size(msg) > BATCH_BYTES:
-                out.send(wire.encode_pieces(frame))
-                frame, size = [], 0
-            frame.append(msg)
-            size += _size(msg)
-        out.send(wire.encode_pieces(frame))
 
     async def _sender(self, peer: int) -> None:
         url = self.peers[peer] + PATH

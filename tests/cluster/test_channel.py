@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from app.cluster import channel as ch
-from app.cluster.peer_channel import Inbound, welcome_head
+from app.cluster.peer_channel import Inbound
 from app.cluster.transport import Transport
 from app.raft.messages import Message, RequestVote
 
@@ -172,49 +172,6 @@ def test_a_peer_that_cuts_the_handshake_short_does_not_end_the_sender() -> None:
             await asyncio.sleep(0.2)
         assert accepted >= 3, "every batch dialed again"
         assert not transport._tasks[2].done(), "the sender lives on"
-        await transport.close()
-        server.close()
-
-    asyncio.run(run())
-
-
-def test_posted_messages_are_written_at_once_to_an_idle_channel_and_sent_ones_wait_for_the_sender() -> None:
-    """A leader's appends posted mid-iteration (RaftNode's EAGER_PROPOSALS) leave before it yields to
-    the loop; messages sent from a Ready go through the peer's sender, which packs them together."""
-
-    async def run() -> None:
-        frames: list[list[Message]] = []
-
-        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            head = (await reader.readuntil(b"\r\n\r\n")).decode()
-            fields = dict(line.split(": ", 1) for line in head.split("\r\n")[1:] if ": " in line)
-            answer, key = ch.welcome(SECRET, ch.parse_hello(fields[ch.HEADER]) or ch.hello(0, 0))
-            writer.write(welcome_head(answer))
-            frames_in = ch.FrameReader(key, 1 << 20)
-            while data := await reader.read(65536):
-                for payload in frames_in.feed(data):
-                    frames.append(msgspec.msgpack.decode(payload, type=list[Message]))
-                writer.write(ch.ack(key, frames_in.seq))
-
-        server = await asyncio.start_server(peer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        transport = Transport(1, {2: f"http://127.0.0.1:{port}"}, SECRET, channels=True)
-        transport.start()
-        vote = RequestVote(term=1, src=1, dst=2, last_index=0, last_term=0)
-        transport.post([vote])  # no channel yet: queued, and the sender dials
-        for _ in range(100):
-            if frames:
-                break
-            await asyncio.sleep(0.02)
-        assert frames == [[vote]]
-        out = transport._outbound[2]
-        sent = out._frames.seq
-        transport.post([vote, vote])
-        assert out._frames.seq == sent + 1, "written as one frame before post returned"
-        await transport.send([vote])
-        assert out._frames.seq == sent + 1, "left to the sender"
-        await asyncio.sleep(0.2)
-        assert out._frames.seq == sent + 2 and frames[1:] == [[vote, vote], [vote]]
         await transport.close()
         server.close()
 
