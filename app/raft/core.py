@@ -272,17 +272,6 @@ class RaftCore:
 
     # Output
 
-    def take_appends(self) -> list[Message]:
-        """A leader's appends of the entries proposed since the last Ready, ahead of it (they may
-        go out before the entries are persisted here); the rest of the outbox waits for the Ready."""
-        if not self._replicate or self.role is not Role.LEADER:
-            return []
-        self._replicate = False
-        send_appends(self)
-        appends: list[Message] = [m for m in self.outbox if isinstance(m, AppendEntries)]
-        self.outbox = [m for m in self.outbox if not isinstance(m, AppendEntries)]
-        return appends
-
     def ready(self) -> Ready:
         if self._replicate:
             self._replicate = False

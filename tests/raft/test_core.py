@@ -9,7 +9,7 @@ import pytest
 from app.raft.core import RaftCore
 from app.raft.messages import AppendEntries, Entry, HardState, Message
 from app.raft.ready import Role
-from tests.raft.helpers import appends_to, drain, ready_leader
+from tests.raft.helpers import drain
 
 
 def test_single_voter_commits_after_its_own_sync() -> None:
@@ -56,28 +56,6 @@ def test_follower_rejects_append_with_gap_and_hints() -> None:
     assert not reply.success and reply.match_index == 1
 
 
-def test_a_leader_takes_the_appends_of_new_proposals_ahead_of_its_ready() -> None:
-    leader = ready_leader(learners=())
-    leader.propose(b"a")
-    leader.propose(b"b")
-    appends = leader.take_appends()
-    assert sorted(m.dst for m in appends) == [2, 3]
-    assert all([e.data for e in m.entries] == [b"a", b"b"] for m in appends)
-    assert leader.take_appends() == []  # nothing new proposed since
-    rd = leader.ready()
-    assert [e.data for e in rd.entries] == [b"a", b"b"]  # still persisted by the Ready
-    assert appends_to(rd, 2) == appends_to(rd, 3) == []  # and not sent twice
-    leader.propose(b"c")
-    (to_2,) = [m for m in leader.take_appends() if m.dst == 2]
-    assert to_2.prev_index == 3 and [e.data for e in to_2.entries] == [b"c"]
-
-
-def test_a_follower_takes_no_appends() -> None:
-    follower = RaftCore(2, [1, 2, 3], HardState(), [])
-    assert follower.propose(b"x") is None
-    assert follower.take_appends() == []
-
-
 class Cluster:
     """Deterministic network of cores: seeded drops, reordering and partitions; a fake clock of ticks."""
 
@@ -122,8 +100,6 @@ def test_simulation_safety_and_progress(seed: int) -> None:
         if leader is not None and cluster.rng.random() < 0.3:
             leader.propose(f"{seed}-{proposed}".encode())
             proposed += 1
-            if cluster.rng.random() < 0.5:  # sent ahead of the Ready, as a driver does under load
-                cluster.inflight += leader.take_appends()
         cluster.step(drop=0.1 if step < 300 else 0.0)
     for _ in range(100):
         cluster.step(drop=0.0)
