@@ -48,6 +48,7 @@ from app.state_machine.commands import (
 from app.state_machine.reader import Chunk, ColdSource
 from app.state_machine.table import BUILTIN_BUCKETS, COMPAT_BUCKET, LEGACY_BUCKET, StreamTable
 from app.state_machine.tail import TailCache
+from app.state_machine.upkeep import Upkeep
 from app.storage.kv import KV, Batch
 
 __all__ = ["BUILTIN_BUCKETS", "COMPAT_BUCKET", "LEGACY_BUCKET", "StateMachine", "manifest_of"]
@@ -156,6 +157,11 @@ class StateMachine:
     @property
     def next_sid(self) -> int:
         return self.table.next_sid
+
+    @property
+    def upkeep(self) -> Upkeep:
+        """The streams each periodic chore may have work for (a new object after a reload)."""
+        return self.table.upkeep
 
     @property
     def untiered_bytes(self) -> int:

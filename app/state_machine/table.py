@@ -13,6 +13,7 @@ from app.raft.messages import Membership, decode_membership
 from app.state_machine import records as r
 from app.state_machine.coverage import Coverage
 from app.state_machine.tail import TailCache
+from app.state_machine.upkeep import Upkeep
 from app.storage.kv import KV, Batch, Parts, joined
 
 # Buckets that always exist: the legacy and compat route families live here.
@@ -48,6 +49,7 @@ class StreamTable:
                 self.bucket_retention[key.decode()] = r.decode_retention(value[r.U64.size :])
         # Bytes of own records not yet in the object store, and still on local disk.
         self.untiered_bytes = self.local_bytes = 0
+        self.upkeep = Upkeep()
         for _, value in kv.scan(r.STREAMS, b""):
             meta = r.decode_meta(value)
             if meta.tiered < meta.fork_pos:  # written before the cold tier existed
@@ -56,6 +58,7 @@ class StreamTable:
             self.names[(meta.bucket, meta.name)] = meta.sid
             self.untiered_bytes += meta.tail - meta.tiered
             self.local_bytes += meta.tail - meta.evicted
+            self.upkeep.note(meta)
         # Streams the batch in progress created: not yet in the store's name index.
         self.created: list[r.StreamMeta] = []
         # Streams the entry being applied wrote records to: the subscriptions covering them may wake.
@@ -73,10 +76,14 @@ class StreamTable:
         """Writes into the batch and keeps it readable by later entries of the same batch."""
         self.batch.put(cf, key, value)
         self.staged[(cf, key)] = value
+        if cf == r.PACKS:
+            self.upkeep.packs.add(key.decode())
 
     def unstage(self, cf: str, key: bytes) -> None:
         self.batch.delete(cf, key)
         self.staged.pop((cf, key), None)
+        if cf == r.PACKS:
+            self.upkeep.packs.add(key.decode())
 
     def new_sid(self) -> int:
         sid = self.next_sid
@@ -118,6 +125,7 @@ class StreamTable:
         self.tail.drop(meta.sid)
         del self.names[(meta.bucket, meta.name)]
         self.coverage.stream_dropped(meta)
+        self.upkeep.forget(meta.sid)
         self.dirty.discard(meta.sid)
         self.batch.delete(r.NAMES, r.name_key(meta.bucket, meta.name))
         self.batch.delete(r.STREAMS, r.sid_key(meta.sid))
@@ -133,6 +141,7 @@ class StreamTable:
             meta = self.streams.get(sid)
             if meta is not None:
                 self.batch.put(r.STREAMS, r.sid_key(sid), r.encode(meta))
+                self.upkeep.note(meta)  # a failed write reloads the table, and this with it
         self.batch.put(r.SM_META, r.APPLIED_KEY, r.encode_applied(index, term))
         self.batch.put(r.SM_META, r.NEXT_SID_KEY, r.U64.pack(self.next_sid))
         try:
