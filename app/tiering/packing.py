@@ -54,11 +54,17 @@ class Packer:
         self.merged = 0
         self._indexes: dict[str, int] = {}  # pack key -> live slices its published index lists
         self._small: dict[int, int] = {}  # sid -> small segments sealed since its last merge (this term)
+        self._merge_due: set[int] = set()  # sids in _small with merge_min_segments or more
+        self._index_all = True  # a new term looks at every pack's index once
+        self._reindex: set[str] = set()  # packs a stopped pass did not reach
 
     def forget(self) -> None:
         """Leadership was lost: a later term republishes every index."""
         self._indexes.clear()
         self._small.clear()
+        self._merge_due.clear()
+        self._index_all = True
+        self.machine.upkeep.take_packs()  # the next term looks at them all anyway
 
     def takes(self, meta: StreamMeta) -> bool:
         """Whether a stream due now goes into a pack: it has little to seal."""
@@ -91,7 +97,7 @@ class Packer:
         self.packed += 1
         taken = [self.machine.streams[sid] for sid, _ in command.slices if sid in self.machine.streams]
         for meta in taken:
-            self._small[meta.sid] = self._small.get(meta.sid, 0) + 1
+            self._count_small(meta.sid)
         return taken, looked_at
 
     def _build(self, bucket: str, metas: list[StreamMeta]) -> Built:
@@ -128,13 +134,26 @@ class Packer:
         return Built(data, TierPack(bucket, key, len(data), digest, entries), looked_at)
 
     async def publish_indexes(self) -> None:
-        """Writes the index of each pack whose live slices changed since its last one."""
-        for key, info in list(self.machine.packs()):
-            if info.live <= 0 or self._indexes.get(key) == info.live:
-                continue
-            index = await blocking.run("tiering", self._index, key, info)
-            await blocking.run("tiering", self.store.put, pack_index_of(key), index.to_json())
-            self._indexes[key] = info.live
+        """Writes the index of each pack whose live slices changed since its last one (of every pack,
+        once a term)."""
+        everything, self._index_all = self._index_all, False
+        changed = self.machine.upkeep.take_packs() | self._reindex
+        self._reindex = set()
+        try:
+            for key in [key for key, _ in self.machine.packs()] if everything else sorted(changed):
+                info = self.machine.pack(key)
+                if info is None or info.live <= 0:
+                    self._indexes.pop(key, None)
+                    continue
+                if self._indexes.get(key) == info.live:
+                    continue
+                index = await blocking.run("tiering", self._index, key, info)
+                await blocking.run("tiering", self.store.put, pack_index_of(key), index.to_json())
+                self._indexes[key] = info.live
+        except BaseException:
+            self._index_all = everything
+            self._reindex.update(changed)  # the pass stopped (an outage): what it did not reach waits
+            raise
 
     def _index(self, key: str, info: r.PackInfo) -> packs.PackIndex:
         index = packs.PackIndex(info.bucket, key.rsplit("/", 1)[1], info.size, info.sha256)
@@ -166,7 +185,7 @@ class Packer:
     async def merge_due(self, directory_of: Callable[[StreamMeta], str]) -> list[StreamMeta]:
         """Merges the small segments of streams that collected `merge_min_segments` of them; returns
         the streams merged (their manifests list other segments now)."""
-        due = [sid for sid, n in self._small.items() if n >= self.config.merge_min_segments]
+        due, self._merge_due = sorted(self._merge_due), set()
         merged = []
         for sid in due:
             self._small.pop(sid, None)
@@ -182,7 +201,12 @@ class Packer:
     def sealed_small(self, meta: StreamMeta, segment: SegmentInfo) -> None:
         """Notes a segment of its own sealed small (by age), for the merge count."""
         if segment.hi - segment.lo < self.config.segment_max_bytes // 2:
-            self._small[meta.sid] = self._small.get(meta.sid, 0) + 1
+            self._count_small(meta.sid)
+
+    def _count_small(self, sid: int) -> None:
+        count = self._small[sid] = self._small.get(sid, 0) + 1
+        if count >= self.config.merge_min_segments:
+            self._merge_due.add(sid)
 
     async def _merge_one(self, meta: StreamMeta, directory: str) -> bool:
         run = self._run(meta)

@@ -1,17 +1,71 @@
-"""Automatic retention: where a stream's history may start, given its max-age and max-bytes limits.
+"""Automatic retention: where a stream's history may start, given its max-age and max-bytes limits,
+and when the leader looks again.
 
 The leader's sweep proposes `Retain(auto=True)` with the result; the apply never passes the latest
 snapshot. Only a stream's own records are looked at (a fork's history below its fork point is its
 source's to keep).
+
+A pass looks at the streams with retention that were written since the last pass (a max-bytes
+limit is passed only by growing) and at those whose max-age check is due: every tenth of their
+max-age, at least a second apart, so a record outlives its max-age by at most a tenth of it plus a
+pass. A new term looks at every one once.
 """
 
 from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
 
 from app.state_machine import records as r
 from app.state_machine.machine import StateMachine
 from app.state_machine.records import StreamMeta
 
 MAX_SCAN = 100_000  # records looked at per stream and pass; the next pass goes on from there
+MIN_RECHECK_MS = 1_000
+
+
+class RetentionSchedule:
+    def __init__(self) -> None:
+        self._all = True
+        self._heap: list[tuple[int, int]] = []  # (when, sid)
+        self._next: dict[int, int] = {}  # sid -> when its live heap entry is due
+
+    def forget(self) -> None:
+        """Leadership was lost: the next term starts over with every stream."""
+        self._all = True
+        self._heap.clear()
+        self._next.clear()
+
+    def due(self, machine: StateMachine, now: int) -> list[int]:
+        """The streams to look at now, taken off the schedule."""
+        upkeep = machine.upkeep
+        written = upkeep.take_retention()
+        if self._all:
+            self._all = False
+            return list(upkeep.retained)
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, sid = heapq.heappop(heap)
+            if self._next.get(sid) == at:
+                del self._next[sid]
+                written.add(sid)
+        return sorted(written)
+
+    def checked(self, meta: StreamMeta, now: int) -> None:
+        """The stream was looked at: a max-age is looked at again a tenth of it later."""
+        if meta.retention_age is not None:
+            self.again(meta.sid, now + max(MIN_RECHECK_MS, meta.retention_age * 100))
+
+    def again(self, sid: int, at: int) -> None:
+        known = self._next.get(sid)
+        if known is None or at < known:
+            self._next[sid] = at
+            heapq.heappush(self._heap, (at, sid))
+
+    def retry(self, sids: Iterable[int], now: int) -> None:
+        """A pass stopped before these: the next one looks at them."""
+        for sid in sids:
+            self.again(sid, now)
 
 
 def retention_target(machine: StateMachine, meta: StreamMeta, now: int) -> int | None:

@@ -19,7 +19,7 @@ import itertools
 import logging
 import posixpath
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from app.counters.histogram import Histogram
@@ -35,12 +35,13 @@ from app.tiering import segment as seg
 from app.tiering.backoff import Backoff
 from app.tiering.packing import Packer
 from app.tiering.proposer import Proposer, TieringConfig
-from app.tiering.retention import retention_target
+from app.tiering.retention import RetentionSchedule, retention_target
 from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256_hex
 
 log = logging.getLogger("rill.tiering")
 
 DELETION_QUEUE_CAP = 100_000  # what `deletion_queue` counts up to
+YIELD_EVERY = 1000  # streams looked at between two turns of the loop, where a pass visits them all
 
 
 class TieringWorker:
@@ -56,6 +57,9 @@ class TieringWorker:
         self.upload_seconds = Histogram()
         # name -> ((sid, tiered, earliest) as its published manifest shows them, the manifest's key)
         self._published: dict[tuple[str, str], tuple[tuple[int, int, int], str]] = {}
+        self._published_at: dict[str, tuple[str, str]] = {}  # a manifest's key -> the name it was published for
+        self._publish_all = True  # a new term checks every stream's manifest once
+        self._republish: set[int] = set()  # sids whose manifest must be written again though they did not change
         # Streams (by sid) and queued deletions (by key) that failed on their own, and when to retry.
         self.failing: Backoff[int] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
         self.deletions: Backoff[str] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
@@ -64,6 +68,7 @@ class TieringWorker:
         self._first_times: dict[int, tuple[int, int]] = {}
         self.oldest_unsealed: int | None = None  # ms: when the oldest record not yet in a segment was appended
         self.packer = Packer(node, store, config, self._upload)
+        self.retention = RetentionSchedule()
 
     def status(self) -> dict[str, Any]:
         now = self.node.now_ms()
@@ -92,6 +97,11 @@ class TieringWorker:
             await asyncio.sleep(self.config.interval)
             if not self.node.is_leader:
                 self._published.clear()  # a later term republishes every manifest and retries everything
+                self._published_at.clear()
+                self._publish_all = True
+                self.machine.upkeep.take_manifests()  # the next term checks them all anyway
+                self.machine.upkeep.take_retention()
+                self.retention.forget()
                 self.failing.clear()
                 self.deletions.clear()
                 self.packer.forget()
@@ -123,6 +133,7 @@ class TieringWorker:
         await self.packer.publish_indexes()
         for meta in await self.packer.merge_due(self._dir):
             self._published.pop((meta.bucket, meta.name), None)  # republished next pass
+            self._republish.add(meta.sid)
         await self._evict()
         await self._collect()
 
@@ -175,23 +186,35 @@ class TieringWorker:
                 return
 
     async def _retain(self) -> None:
-        """Applies streams' automatic retention (max-age, max-bytes)."""
+        """Applies streams' automatic retention (max-age, max-bytes), to the streams due a look."""
         now = self.node.now_ms()
-        for meta in list(self.machine.streams.values()):
-            if meta.deleted or (meta.retention_age is None and meta.retention_bytes is None):
+        streams = self.machine.streams
+        due = self.retention.due(self.machine, now)
+        for n, sid in enumerate(due):
+            if n and n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            meta = streams.get(sid)
+            if meta is None or meta.deleted:
                 continue
             target = retention_target(self.machine, meta, now)
             if target is not None:
-                await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
+                try:
+                    await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
+                except BaseException:
+                    self.retention.retry(due[n:], now)
+                    raise
+            self.retention.checked(meta, now)
 
     def _due(self) -> list[StreamMeta]:
         """The streams to seal now; on the way, notes when the oldest unsealed record was appended."""
         streams = self.machine.streams
-        for sid in [sid for sid in self._first_times if sid not in streams]:
+        untiered = self.machine.upkeep.untiered
+        for sid in [sid for sid in self._first_times if sid not in untiered]:
             del self._first_times[sid]
         due, oldest = [], None
-        for meta in list(streams.values()):
-            if meta.tail > meta.tiered:
+        for sid in list(self.machine.upkeep.untiered):
+            meta = streams.get(sid)
+            if meta is not None and meta.tail > meta.tiered:
                 first = self._first_time(meta)
                 oldest = first if oldest is None else min(oldest, first)
                 if self._is_due(meta):
@@ -278,13 +301,32 @@ class TieringWorker:
         self.upload_seconds.observe(time.perf_counter() - started)
 
     async def _publish_manifests(self) -> None:
+        """Publishes the manifests of the streams whose cold data changed (of every stream, once a term)."""
         now = self.node.now_ms()
-        for meta in list(self.machine.streams.values()):
-            published = self._published.get((meta.bucket, meta.name))
-            if meta.tiered <= meta.fork_pos or (published and published[0] == self._version(meta)):
-                continue
-            if self.failing.ready(meta.sid, now):
-                await self._isolated(meta, self._publish)
+        streams = self.machine.streams
+        everything, self._publish_all = self._publish_all, False
+        changed = self.machine.upkeep.take_manifests() | self._republish
+        self._republish = set()
+        todo: Iterable[int] = list(streams) if everything else sorted(changed)
+        try:
+            for n, sid in enumerate(todo, 1):
+                if n % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # a pass over every stream lets requests through
+                meta = streams.get(sid)
+                if meta is None or meta.tiered <= meta.fork_pos:
+                    continue
+                name, version = (meta.bucket, meta.name), self._version(meta)
+                published = self._published.get(name)
+                if published and published[0] == version:
+                    continue
+                if self.failing.ready(sid, now):
+                    await self._isolated(meta, self._publish)
+                if self._published.get(name, ((),))[0] != version:
+                    self._republish.add(sid)  # set aside, or failed: tried again once its backoff allows
+        except BaseException:
+            self._publish_all = everything
+            self._republish.update(changed)  # the pass stopped (an outage): what it did not reach waits
+            raise
 
     @staticmethod
     def _version(meta: StreamMeta) -> tuple[int, int, int]:
@@ -299,6 +341,7 @@ class TieringWorker:
         if any(not entry.path.startswith("../") for entry in manifest.segments):
             await blocking.run("tiering", self.store.put, key, manifest.to_json())
         self._published[(meta.bucket, meta.name)] = (version, key)
+        self._published_at[key] = (meta.bucket, meta.name)
 
     def _manifest_dir(self, meta: StreamMeta) -> str:
         """The directory of the stream's own segments: its manifest goes beside them."""
@@ -331,7 +374,8 @@ class TieringWorker:
         excess = self.machine.local_bytes - self.config.local_disk_budget
         if excess <= 0:
             return
-        candidates = [m for m in self.machine.streams.values() if m.evicted < m.tiered]
+        metas = map(self.machine.streams.get, self.machine.upkeep.evictable)
+        candidates = [m for m in metas if m is not None and m.evicted < m.tiered]
         candidates.sort(key=lambda m: (m.touched_at, m.sid))
         for meta in candidates:
             if excess <= 0:
@@ -360,10 +404,22 @@ class TieringWorker:
                     log.warning("deleting %.300r failed (attempt %d): %s", key, failure.attempts, exc)
                     continue
                 self.deletions.succeeded(key)
-                self._published = {n: v for n, v in self._published.items() if v[1] != key}
+                self._forget_published(key)
             done.append(key)
         if done:
             await self.node.submit(ForgetObjects(done))
+
+    def _forget_published(self, key: str) -> None:
+        """An object was deleted: if it was a manifest this leader published, it is written again
+        should its name's stream still need one."""
+        name = self._published_at.pop(key, None)
+        published = self._published.get(name) if name is not None else None
+        if name is not None and published is not None and published[1] == key:
+            del self._published[name]
+            self._republish.add(published[0][0])
+            sid = self.machine.names.get(name)
+            if sid is not None:
+                self._republish.add(sid)
 
     def _owner(self, bucket: str, component: str) -> StreamMeta | None:
         """The stream now holding the name whose objects live in `{bucket}/{component}/`."""

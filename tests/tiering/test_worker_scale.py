@@ -1,0 +1,108 @@
+"""A tiering pass visits the streams and packs with work, never all of them: the leader runs one every half
+second, and a scan of a million streams took about half a second of its loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from app.state_machine.commands import Code, Retain
+from app.tiering import pack as packs
+from app.tiering import worker as worker_module
+from app.tiering.retention import retention_target
+from tests.state_machine.helpers import OCTET, B
+from tests.tiering.test_packing import Packing
+from tests.tiering.test_worker_isolation import Harness
+
+
+class NoScan(dict[int, Any]):
+    """The table's streams, refusing to be iterated: lookups by sid only."""
+
+    def _refuse(self, *args: object) -> NoReturn:
+        raise AssertionError("a tiering pass iterated over every stream, or every pack")
+
+    __iter__ = keys = values = items = _refuse  # type: ignore[assignment]
+
+
+def test_after_the_first_pass_of_a_term_a_pass_looks_only_at_streams_that_changed(tmp_path: Path) -> None:
+    t = Harness(tmp_path / "cold")
+    for i in range(200):
+        t.write(f"s{i}", b"first")
+    t.h.create("kept", OCTET, retention_bytes=6)
+    t.write("kept", b"0123")
+    t.run()  # the term's first pass checks every manifest
+    assert [t.pending(f"s{i}") for i in range(200)] == [0] * 200
+    table = t.h.sm.table
+    table.streams = NoScan(table.streams)
+
+    t.write("s7", b"second")
+    t.write("kept", b"4567")
+    t.node.advance(1)
+    t.run()
+    assert t.pending("s7") == 0 and t.pending("kept") == 0
+    assert [s.next_offset for s in t.manifest("s7").segments][-1] == f"{0:016d}_{11:016d}"
+    assert t.h.meta("kept").earliest == 4, "retention ran: 6 bytes kept, whole records"
+    assert t.h.one(Retain(B, "s3", 5)).code is Code.OK
+    t.run()
+    assert t.worker._published[(B, "s3")][0] == (t.h.meta("s3").sid, 5, 5), "republished after retention"
+
+
+def test_pack_indexes_follow_their_changes_without_a_scan_of_packs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = Packing(tmp_path, segment_max_bytes=4096)
+    for i in range(300):
+        p.write(f"s{i}", bytes([65 + i % 26]) * 50)
+    p.run()  # the term's first pass looks at every pack
+    indexes = sorted(k for k in p.objects() if k.endswith(".json"))
+    assert len(indexes) >= 4
+    table = p.h.sm.table
+    table.streams = NoScan(table.streams)
+    monkeypatch.setattr(type(p.h.sm), "packs", lambda sm: NoScan()._refuse())
+
+    p.h.delete("s0")
+    p.run()
+    listed = {k: [s.stream for s in packs.PackIndex.from_json(p.store.get(k)).slices] for k in indexes}
+    assert sum(len(names) for names in listed.values()) == 299
+    assert not any("s0" in names for names in listed.values())
+    assert p.read("s1") == b"B" * 50
+
+
+def test_retention_looks_at_a_stream_when_it_is_written_or_its_max_age_check_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = Harness(tmp_path / "cold")
+    t.h.create("sized", OCTET, retention_bytes=6)
+    t.h.create("aged", OCTET, retention_age=10)
+    for i in range(100):
+        t.h.create(f"idle{i}", OCTET, retention_bytes=1 << 20)
+    t.write("sized", b"0123")
+    t.write("aged", b"old")
+    t.run()  # the term's first pass looks at every stream with retention
+    looked: list[str] = []
+
+    def counted(machine: Any, meta: Any, now: int) -> int | None:
+        looked.append(meta.name)
+        return retention_target(machine, meta, now)
+
+    monkeypatch.setattr(worker_module, "retention_target", counted)
+    table = t.h.sm.table
+    table.streams = NoScan(table.streams)
+
+    t.node.advance(0.5)
+    t.run()
+    assert looked == [], "nothing written, and no max-age check due yet"
+    t.node.advance(0.6)  # a tenth of the 10 s max-age has passed since its last look
+    t.run()
+    assert looked == ["aged"] and t.h.meta("aged").earliest == 0
+    looked.clear()
+    t.write("sized", b"4567")
+    t.run()
+    assert looked == ["sized"] and t.h.meta("sized").earliest == 4
+    looked.clear()
+    t.node.advance(9.5)  # "old" is past its 10 s now
+    t.write("aged", b"new")
+    t.run()
+    assert "aged" in looked and t.h.meta("aged").earliest == 3
