@@ -45,6 +45,7 @@ from app.subscriptions.settings import WebhookSettings
 from app.subscriptions.trouble import DeliveryTrouble
 from app.tiering.store import ObjectStore, StoreUnavailable
 
+COLLECT_AT_ONCE = 1000  # expired streams removed per entry
 log = logging.getLogger("rill.engine")
 
 
@@ -361,18 +362,35 @@ class Engine:
         """Leader-side sweeper: replicates the removal of streams that expired."""
         while True:
             await asyncio.sleep(every_seconds)
-            if not self.node.is_leader:
-                continue
-            now = self.now_ms()
-            sids = [
-                m.sid
-                for m in list(self.machine.streams.values())
-                if not m.deleted and m.expired(now, self.touched(m.sid))
-            ]
-            for sid in [*sids, *(s for s in self._read_touches if s not in self.machine.streams)]:
+            if self.node.is_leader:
+                await self.collect_expired()
+
+    async def collect_expired(self) -> None:
+        """Removes the streams expired by now, up to COLLECT_AT_ONCE, looking only at those scheduled
+        to expire by now (app/state_machine/upkeep.py)."""
+        now, upkeep, streams = self.now_ms(), self.machine.upkeep, self.machine.streams
+        expired: list[int] = []
+        for sid in upkeep.may_have_expired(now):
+            meta = streams.get(sid)
+            at = None if meta is None or meta.deleted else meta.expiry(self.touched(sid))
+            if at is None:
                 self._read_touches.pop(sid, None)
-            if sids:
-                try:
-                    await self.submit(CollectExpired(sids[:1000]))
-                except ProtocolError:
-                    log.info("expiry sweep deferred: no leader")
+            elif at <= now:
+                expired.append(sid)
+            else:
+                upkeep.schedule(sid, at)  # touched since it was scheduled
+        if len(self._read_touches) > 2 * upkeep.expiring + 1024:  # streams deleted meanwhile
+            self._read_touches = {s: t for s, t in self._read_touches.items() if upkeep.is_expiring(s)}
+        taken = expired[:COLLECT_AT_ONCE]
+        try:
+            if taken:
+                await self.submit(CollectExpired(taken))
+        except ProtocolError:
+            log.info("expiry sweep deferred: no leader")
+        finally:
+            for sid in expired:  # not collected (the rest, or the proposal failed): the next sweep's
+                meta = self.machine.streams.get(sid)
+                if meta is None or meta.deleted:
+                    self._read_touches.pop(sid, None)
+                else:
+                    self.machine.upkeep.schedule(sid, now)

@@ -74,11 +74,11 @@ class StreamMeta(msgspec.Struct, array_like=True):
     retention_bytes: int | None = None  # automatic retention by size
     latest_snapshot: int | None = None  # position of the newest published snapshot
 
-    def expiry(self) -> int | None:
-        """The instant (ms) this stream expires, if it can."""
+    def expiry(self, touched_at: int = 0) -> int | None:
+        """The instant (ms) this stream expires, if it can (`touched_at`: a later access not yet replicated)."""
         candidates = []
         if self.ttl is not None:
-            candidates.append(self.touched_at + self.ttl * 1000)
+            candidates.append(max(self.touched_at, touched_at) + self.ttl * 1000)
         if self.expires_at is not None:
             candidates.append(self.expires_at)
         return min(candidates) if candidates else None

@@ -125,3 +125,62 @@ def test_a_ttl_stream_on_a_follower_is_served_by_the_leader(monkeypatch: pytest.
                 engine.find("b", "s")
 
     asyncio.run(scenario())
+
+
+def test_the_expiry_sweep_removes_what_expired_and_looks_at_no_other_stream() -> None:
+    clock = FakeClock()
+
+    async def scenario() -> None:
+        async with engine_on(clock) as engine:
+            await engine.submit(CreateBucket("b"))
+            for i in range(2_000):  # without TTL: never looked at
+                await engine.submit(CreateStream("b", f"plain{i}", "text/plain", False))
+            await engine.submit(CreateStream("b", "short", "text/plain", False, ttl=5))
+            await engine.submit(CreateStream("b", "read", "text/plain", False, ttl=5))
+            await engine.submit(CreateStream("b", "fresh", "text/plain", False, ttl=8))
+            await engine.submit(CreateStream("b", "dated", "text/plain", False, expires_at=START_MS + 7_000))
+            sid = {n: engine.machine.names[("b", n)] for n in ("short", "read", "fresh", "dated")}
+            visited: list[int] = []
+            engine.machine.table.streams = Counting(engine.machine.table.streams, visited)
+
+            async def sweep_at(seconds: float) -> set[int]:
+                clock.now = START_MS + int(seconds * 1000)
+                visited.clear()
+                await engine.collect_expired()
+                return set(visited)
+
+            def alive(name: str) -> bool:
+                return engine.lookup("b", name) is not None
+
+            clock.now = START_MS + 1_500
+            engine.renew(engine.find("b", "fresh"))  # early in its TTL: renewed on the leader only
+            await asyncio.sleep(0.05)
+            assert engine.find("b", "fresh").touched_at == START_MS
+            clock.now = START_MS + 4_000
+            engine.renew(engine.find("b", "read"))  # a quarter of its TTL gone: the renewal is replicated
+            await asyncio.sleep(0.05)
+            assert engine.find("b", "read").touched_at == START_MS + 4_000
+
+            assert await sweep_at(5.5) == {sid["short"], sid["read"]} and not alive("short") and alive("read")
+            assert await sweep_at(7.5) == {sid["dated"]} and not alive("dated")
+            assert await sweep_at(8.5) == {sid["fresh"]} and alive("fresh"), "the leader's own renewal counts"
+            assert await sweep_at(9.5) == {sid["read"], sid["fresh"]} and not alive("read") and not alive("fresh")
+            assert await sweep_at(60) == set() and engine.machine.upkeep.expiring == 0
+            assert alive("plain0")
+
+    asyncio.run(scenario())
+
+
+class Counting(dict[int, object]):
+    """The table's streams, noting each sid looked up and refusing to be iterated."""
+
+    def __init__(self, streams: dict[int, object], visited: list[int]) -> None:
+        super().__init__(streams)
+        self.visited = visited
+
+    def get(self, sid: int, default: object = None) -> object:  # type: ignore[override]
+        self.visited.append(sid)
+        return super().get(sid, default)
+
+    def values(self):  # type: ignore[override]
+        raise AssertionError("the sweep iterated over every stream")
