@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from app.bench import memory, patterns, soak
+from app.bench import chores, memory, patterns, soak
 from app.bench.append import AppendOptions, run_append
 from app.bench.chaos.options import ChaosOptions
 from app.bench.cold import ColdOptions, run_cold
@@ -85,6 +85,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     _add_options(replicated, ReplicationOptions)
     workloads.add_parser("patterns", help="subscription patterns against 1 KiB stream names, worst shapes first")
+    chores = workloads.add_parser(
+        "chores", help="one tiering pass and one expiry sweep, with few and with many streams"
+    )
+    chores.add_argument("--streams", type=int, nargs="+", default=[0, 100_000], help="idle streams (default 0 100000)")
     soaked = workloads.add_parser(
         "soak", help="long mixed load at a fixed rate: leaks, 5xx, lost or duplicated appends"
     )
@@ -146,6 +150,9 @@ def main(args: argparse.Namespace) -> None:
         return
     if args.workload == "patterns":
         patterns.main()
+        return
+    if args.workload == "chores":
+        chores.main(args.streams)
         return
     if args.workload == "soak":
         raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))

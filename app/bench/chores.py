@@ -1,0 +1,149 @@
+"""`chores`: what one pass of the leader's periodic chores costs, with few streams and with many.
+
+The leader runs a tiering pass (seal, publish manifests and pack indexes, retention, eviction,
+collection) every half second and an expiry sweep every second, on its event loop. Each visits
+only the streams with work (app/state_machine/upkeep.py), so a pass should cost the same however
+many idle streams there are. This builds that state in memory (a tenth of the streams with a TTL,
+a tenth with retention, every one with a record already in the object store), keeps a few streams
+busy, and times the real passes: the Engine's sweep and the TieringWorker's pass over a file store,
+on a node that applies each proposal at once (no Raft, no HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from app.bench.report import machine
+from app.raft.messages import Entry
+from app.service.engine import Engine
+from app.service.limits import Limits
+from app.service.signals import Signals
+from app.state_machine import records
+from app.state_machine.commands import Append, CreateBucket, CreateStream, encode_envelope
+from app.state_machine.machine import StateMachine
+from app.storage.kv import MemoryKV
+from app.tiering.proposer import TieringConfig
+from app.tiering.store import FileStore
+from app.tiering.worker import TieringWorker
+
+BUCKET = "chores"
+BUSY = 10  # streams appended to before every pass
+PASSES = 20
+CT = "application/octet-stream"
+
+
+class DirectNode:
+    """A one-voter log that applies each proposal as it is made."""
+
+    id = 1
+    is_leader = True
+
+    def __init__(self, machine: StateMachine) -> None:
+        self.machine = machine
+        self.index = machine.applied_index
+
+    def apply(self, data: list[bytes | bytearray]) -> list[Any]:
+        entries = []
+        for one in data:
+            self.index += 1
+            entries.append(Entry(1, self.index, bytes(one)))
+        return self.machine.apply(entries)
+
+    async def propose(self, data: bytes, decoded: Any = None) -> Any:
+        return self.apply([data])[0]
+
+    async def read_barrier(self, timeout: float = 3.0) -> None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _populate(node: DirectNode, clock: Clock, streams: int) -> None:
+    node.apply([encode_envelope(clock.now, CreateBucket(BUCKET))])
+    for first in range(0, streams, 1000):
+        creates, appends = [], []
+        for i in range(first, min(first + 1000, streams)):
+            ttl = 3600 if i % 10 == 1 else None
+            retention = 1 << 20 if i % 10 == 2 else None
+            cmd = CreateStream(BUCKET, f"idle-{i}", CT, False, ttl=ttl, retention_bytes=retention)
+            creates.append(encode_envelope(clock.now, cmd))
+            appends.append(encode_envelope(clock.now, Append(BUCKET, f"idle-{i}", CT, memoryview(b"x" * 16))))
+        node.apply(creates)
+        node.apply(appends)
+    for i in range(BUSY):
+        node.apply([encode_envelope(clock.now, CreateStream(BUCKET, f"busy-{i}", CT, False, ttl=3600))])
+
+
+def _busy(node: DirectNode, clock: Clock) -> None:
+    node.apply(
+        [encode_envelope(clock.now, Append(BUCKET, f"busy-{i}", CT, memoryview(b"y" * 64))) for i in range(BUSY)]
+    )
+
+
+async def _measure(streams: int, root: Path) -> dict[str, Any]:
+    clock = Clock()
+    state = StateMachine(MemoryKV(records.COLUMN_FAMILIES))
+    node = DirectNode(state)
+    _populate(node, clock, streams)
+    engine = Engine(node, state, Signals(), Limits(), clock=clock)  # type: ignore[arg-type]
+    config = TieringConfig(segment_max_age=1.0, local_disk_budget=1 << 40)
+    worker = TieringWorker(engine, FileStore(root), config)
+    clock.now += 2_000
+    await worker.run_once()  # the term's first pass: every stream's record goes to the store
+    tiering, sweeps = [], []
+    for _ in range(PASSES):
+        clock.now += 500
+        _busy(node, clock)
+        started = time.perf_counter()
+        await worker.run_once()
+        tiering.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await engine.collect_expired()
+        sweeps.append(time.perf_counter() - started)
+    pending = sum(m.tail - m.tiered for m in state.streams.values() if m.name.startswith("idle-"))
+    return {
+        "streams": streams + BUSY,
+        "tiering_pass_ms": statistics.median(tiering) * 1000,
+        "expiry_sweep_ms": statistics.median(sweeps) * 1000,
+        "idle_bytes_untiered": pending,
+    }
+
+
+def run_chores(streams: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for n in streams:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.append(asyncio.run(_measure(n, Path(tmp))))
+    return rows
+
+
+def main(streams: list[int] | None = None) -> None:
+    rows = run_chores(streams or [0, 100_000])
+    m = machine()
+    console = Console()
+    console.print(
+        f"[bold]chores[/bold]  median of {PASSES} passes, {BUSY} busy streams, machine: {m['cores']} cores, {m['date']}"
+    )
+    table = Table("streams", "tiering pass ms", "expiry sweep ms", "idle bytes untiered")
+    for row in rows:
+        table.add_row(
+            f"{row['streams']:,}",
+            f"{row['tiering_pass_ms']:.2f}",
+            f"{row['expiry_sweep_ms']:.3f}",
+            f"{row['idle_bytes_untiered']:,}",
+        )
+    console.print(table)
