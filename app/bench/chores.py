@@ -6,7 +6,7 @@ only the streams with work (app/state_machine/upkeep.py), so a pass should cost 
 many idle streams there are. This builds that state in memory (a tenth of the streams with a TTL,
 a tenth with retention, every one with a record already in the object store), keeps a few streams
 busy, and times the real passes: the Engine's sweep and the TieringWorker's pass over a file store,
-on a node that applies each proposal at once (no Raft, no HTTP).
+on a node that applies each proposal at once to a RocksDB state store (no Raft, no HTTP).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from app.service.signals import Signals
 from app.state_machine import records
 from app.state_machine.commands import Append, CreateBucket, CreateStream, encode_envelope
 from app.state_machine.machine import StateMachine
-from app.storage.kv import MemoryKV
+from app.storage.rocks import RocksKV
 from app.tiering.proposer import TieringConfig
 from app.tiering.store import FileStore
 from app.tiering.worker import TieringWorker
@@ -96,12 +96,19 @@ def _busy(node: DirectNode, clock: Clock) -> None:
 
 async def _measure(streams: int, root: Path) -> dict[str, Any]:
     clock = Clock()
-    state = StateMachine(MemoryKV(records.COLUMN_FAMILIES))
+    kv = RocksKV(root / "state", records.COLUMN_FAMILIES)
+    try:
+        return await _passes(StateMachine(kv), clock, streams, root)
+    finally:
+        kv.close()
+
+
+async def _passes(state: StateMachine, clock: Clock, streams: int, root: Path) -> dict[str, Any]:
     node = DirectNode(state)
     _populate(node, clock, streams)
     engine = Engine(node, state, Signals(), Limits(), clock=clock)  # type: ignore[arg-type]
     config = TieringConfig(segment_max_age=1.0, local_disk_budget=1 << 40)
-    worker = TieringWorker(engine, FileStore(root), config)
+    worker = TieringWorker(engine, FileStore(root / "cold"), config)
     clock.now += 2_000
     await worker.run_once()  # the term's first pass: every stream's record goes to the store
     tiering, sweeps = [], []

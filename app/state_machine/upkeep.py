@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 from app.state_machine import records as r
 
+SHRINK_FROM = 1024
+
 
 class Upkeep:
     def __init__(self) -> None:
@@ -30,6 +32,7 @@ class Upkeep:
         self.retention: set[int] = set()  # of those, the ones written since the last take
         self.manifests: set[int] = set()  # streams with cold data that changed: their manifest may be stale
         self.packs: set[str] = set()  # packs whose record changed: their index may be stale
+        self._peaks = [0, 0]  # the most untiered and evictable held since each was last copied
         self._expiry: list[tuple[int, int]] = []  # (instant in ms, sid), a heap
         self._scheduled: dict[int, int] = {}  # sid -> the instant its live heap entry holds
 
@@ -38,12 +41,16 @@ class Upkeep:
         sid = meta.sid
         if meta.tail > meta.tiered:
             self.untiered.setdefault(sid)
-        else:
-            self.untiered.pop(sid, None)
+            self._peaks[0] = max(self._peaks[0], len(self.untiered))
+        elif sid in self.untiered:
+            del self.untiered[sid]
+            self._shrink()
         if meta.evicted < meta.tiered:
             self.evictable.add(sid)
-        else:
+            self._peaks[1] = max(self._peaks[1], len(self.evictable))
+        elif sid in self.evictable:
             self.evictable.discard(sid)
+            self._shrink()
         if meta.tiered > meta.fork_pos:
             self.manifests.add(sid)
         live = not meta.deleted
@@ -57,10 +64,22 @@ class Upkeep:
         else:
             self._scheduled.pop(sid, None)
 
+    def _shrink(self) -> None:
+        """Copies a set the passes iterate once it is a quarter of its peak: a dict or set never
+        shrinks on its own, and iterating one costs its peak size, not what it holds now."""
+        untiered, evictable = len(self.untiered), len(self.evictable)
+        if self._peaks[0] > SHRINK_FROM and untiered * 4 < self._peaks[0]:
+            self.untiered = dict(self.untiered)
+            self._peaks[0] = untiered
+        if self._peaks[1] > SHRINK_FROM and evictable * 4 < self._peaks[1]:
+            self.evictable = set(self.evictable)
+            self._peaks[1] = evictable
+
     def forget(self, sid: int) -> None:
         """The stream is gone."""
         self.untiered.pop(sid, None)
         self.evictable.discard(sid)
+        self._shrink()
         self.retained.discard(sid)
         self.retention.discard(sid)
         self.manifests.discard(sid)

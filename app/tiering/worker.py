@@ -207,12 +207,9 @@ class TieringWorker:
 
     def _due(self) -> list[StreamMeta]:
         """The streams to seal now; on the way, notes when the oldest unsealed record was appended."""
-        streams = self.machine.streams
-        untiered = self.machine.upkeep.untiered
-        for sid in [sid for sid in self._first_times if sid not in untiered]:
-            del self._first_times[sid]
+        streams, untiered = self.machine.streams, list(self.machine.upkeep.untiered)
         due, oldest = [], None
-        for sid in list(self.machine.upkeep.untiered):
+        for sid in untiered:
             meta = streams.get(sid)
             if meta is not None and meta.tail > meta.tiered:
                 first = self._first_time(meta)
@@ -220,6 +217,8 @@ class TieringWorker:
                 if self._is_due(meta):
                     due.append(meta)
         self.oldest_unsealed = oldest
+        known = self._first_times
+        self._first_times = {sid: known[sid] for sid in untiered if sid in known}  # a new dict: compact
         return due
 
     def _is_due(self, meta: StreamMeta) -> bool:

@@ -3,6 +3,8 @@ sequence of commands to what a scan of every stream would find, and rebuilt the 
 
 from __future__ import annotations
 
+import sys
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -152,3 +154,20 @@ def test_a_soft_deleted_stream_leaves_retention_and_expiry_but_keeps_its_data_ch
     assert sid not in upkeep.retained and not upkeep.is_expiring(sid)
     assert sid in upkeep.untiered and sid in upkeep.evictable  # its records still tier and evict
     assert kept(upkeep, h.sm) == scanned(h.sm)
+
+
+def test_the_sets_a_pass_iterates_are_copied_small_once_most_of_them_is_gone() -> None:
+    upkeep = Upkeep()
+    metas = [r.StreamMeta(sid, B, f"s{sid}", OCTET, False, 0, 0, tail=10) for sid in range(1, 20_001)]
+    for meta in metas:
+        upkeep.note(meta)
+    peak = sys.getsizeof(upkeep.untiered)
+    for meta in metas:
+        meta.tiered = 10
+        upkeep.note(meta)  # tiered: no longer untiered, now evictable
+    big = sys.getsizeof(upkeep.evictable)
+    for meta in metas[:-10]:
+        meta.evicted = 10
+        upkeep.note(meta)
+    assert list(upkeep.untiered) == [] and len(upkeep.evictable) == 10
+    assert sys.getsizeof(upkeep.untiered) < peak // 20 and sys.getsizeof(upkeep.evictable) < big // 20
