@@ -9,7 +9,7 @@ from app.state_machine.expiry import existing
 from app.state_machine.outcomes import history_outcome
 from app.state_machine.reader import is_boundary, segments
 from app.state_machine.snapshots import snapshot_at, snapshot_keys
-from app.state_machine.table import StreamTable
+from app.state_machine.table import StreamTable, kept
 
 
 def set_attrs(table: StreamTable, cmd: SetAttrs, now: int) -> Outcome:
@@ -89,7 +89,9 @@ def retain(table: StreamTable, cmd: Retain, now: int) -> Outcome:
     if meta.latest_snapshot is not None and pos > meta.latest_snapshot:
         return history_outcome(Code.BEYOND_SNAPSHOT, meta, "retention may not pass the latest snapshot")
     _trim(table, meta, pos)
+    before = kept(meta)
     meta.earliest = pos
+    table.count_usage(meta.bucket, 0, kept(meta) - before)
     table.dirty.add(meta.sid)
     table.changed.add(meta.sid)
     return history_outcome(Code.OK, meta)

@@ -204,10 +204,7 @@ class StateMachine:
 
     def bucket_usage(self, bucket: str) -> tuple[int, int]:
         """(streams, bytes of their own records still kept) of a bucket, for quotas."""
-        streams = kept = 0
-        for meta in reader.bucket_streams(self.table, bucket):
-            streams += 1
-            kept += max(0, meta.tail - max(meta.fork_pos, meta.earliest))
+        streams, kept = self.table.usage.get(bucket, (0, 0))
         return streams, kept
 
     def owner(self, meta: r.StreamMeta, pos: int) -> r.StreamMeta:

@@ -163,5 +163,6 @@ def write_record(
     table.grown.append(meta.sid)
     table.tail.stage(meta.sid, meta.tail, body)
     meta.tail += len(body)
+    table.count_usage(meta.bucket, 0, len(body))
     table.untiered_bytes += len(body)
     table.local_bytes += len(body)

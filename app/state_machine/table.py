@@ -50,6 +50,8 @@ class StreamTable:
         # Bytes of own records not yet in the object store, and still on local disk.
         self.untiered_bytes = self.local_bytes = 0
         self.upkeep = Upkeep()
+        # bucket -> [streams, bytes of their own records kept]: what quotas measure, kept as it changes
+        self.usage: dict[str, list[int]] = {}
         for _, value in kv.scan(r.STREAMS, b""):
             meta = r.decode_meta(value)
             if meta.tiered < meta.fork_pos:  # written before the cold tier existed
@@ -59,6 +61,7 @@ class StreamTable:
             self.untiered_bytes += meta.tail - meta.tiered
             self.local_bytes += meta.tail - meta.evicted
             self.upkeep.note(meta)
+            self.count_usage(meta.bucket, 1, kept(meta))
         # Streams the batch in progress created: not yet in the store's name index.
         self.created: list[r.StreamMeta] = []
         # Streams the entry being applied wrote records to: the subscriptions covering them may wake.
@@ -96,6 +99,7 @@ class StreamTable:
         self.batch.put(r.NAMES, r.name_key(meta.bucket, meta.name), r.sid_key(meta.sid))
         self.created.append(meta)
         self.coverage.stream_added(meta)
+        self.count_usage(meta.bucket, 1, kept(meta))
 
     def stored_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[r.StreamMeta]:
         """Streams of a bucket in name order, from the committed store."""
@@ -126,9 +130,17 @@ class StreamTable:
         del self.names[(meta.bucket, meta.name)]
         self.coverage.stream_dropped(meta)
         self.upkeep.forget(meta.sid)
+        self.count_usage(meta.bucket, -1, -kept(meta))
         self.dirty.discard(meta.sid)
         self.batch.delete(r.NAMES, r.name_key(meta.bucket, meta.name))
         self.batch.delete(r.STREAMS, r.sid_key(meta.sid))
+
+    def count_usage(self, bucket: str, streams: int, kept: int) -> None:
+        usage = self.usage.setdefault(bucket, [0, 0])
+        usage[0] += streams
+        usage[1] += kept
+        if not usage[0]:
+            del self.usage[bucket]
 
     def set_membership(self, data: bytes) -> None:
         self.membership = decode_membership(data)
@@ -156,3 +168,8 @@ class StreamTable:
         changed, self.changed = self.changed, set()
         self.coverage.wake(self.streams[sid] for sid in changed if sid in self.streams)
         return changed
+
+
+def kept(meta: r.StreamMeta) -> int:
+    """Bytes of the stream's own records it still keeps (what a bucket's byte quota counts)."""
+    return max(0, meta.tail - max(meta.fork_pos, meta.earliest))

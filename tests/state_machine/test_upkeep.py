@@ -1,5 +1,6 @@
 """Upkeep: the streams each periodic chore may have work for, kept as they change, equal after any
-sequence of commands to what a scan of every stream would find, and rebuilt the same on reload."""
+sequence of commands to what a scan of every stream would find, and rebuilt the same on reload;
+likewise each bucket's usage, which quotas read."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def scanned(sm: StateMachine) -> dict[str, set[int]]:
         },
         "expiring": {m.sid for m in metas if not m.deleted and m.expiry() is not None},
     }
+
+
+def scanned_usage(sm: StateMachine) -> dict[str, tuple[int, int]]:
+    """Each bucket's (streams, bytes kept) as a scan of its streams counts them: what quotas read."""
+    usage: dict[str, tuple[int, int]] = {}
+    for m in sm.streams.values():
+        streams, kept_bytes = usage.get(m.bucket, (0, 0))
+        usage[m.bucket] = (streams + 1, kept_bytes + max(0, m.tail - max(m.fork_pos, m.earliest)))
+    return usage
 
 
 def kept(upkeep: Upkeep, sm: StateMachine) -> dict[str, set[int]]:
@@ -74,15 +84,18 @@ def test_the_kept_sets_equal_a_scan_of_every_stream_after_any_commands(plan) -> 
         elif op == "evict" and meta is not None and meta.evicted < meta.tiered:
             assert h.evict(name).code is Code.OK
         elif op == "retain" and meta is not None:
-            h.one(Retain(B, name, meta.tail))
+            h.one(Retain(B, name, meta.tail if len(body) % 2 else (meta.earliest + meta.tail) // 2))
         elif op == "delete":
             h.delete(name)
         elif op == "touch":
             h.one(Touch(B, name))
         h.now += 1_000
         assert kept(h.sm.upkeep, h.sm) == scanned(h.sm), (op, name)
+        assert {b: h.sm.bucket_usage(b) for b in scanned_usage(h.sm)} == scanned_usage(h.sm), (op, name)
+        assert h.sm.bucket_usage("none") == (0, 0)
     reopened = StateMachine(h.kv)
     assert kept(reopened.upkeep, reopened) == scanned(reopened) == scanned(h.sm)
+    assert reopened.table.usage == h.sm.table.usage
 
 
 def test_a_stream_whose_cold_data_changes_is_offered_for_its_manifest_once() -> None:
