@@ -1,11 +1,12 @@
 """Which streams and packs the leader's periodic chores concern, kept up to date as they change.
 
 Tiering (its segments, manifests and pack indexes), retention, eviction and the expiry sweep run
-every half second to every second. Each used to look at every stream (or pack); with a million
-streams that stalled the leader's loop for about half a second per pass. The table notes here each
-stream it writes (`StreamTable.commit`) and each pack record it stages, so every chore visits only
-what it may have work for. This is derived state: rebuilt from the streams whenever a table loads,
-never stored, and never read by a rule, so no command's outcome depends on it.
+every half second to every second. Each used to look at every stream (or pack): with 100,000 idle
+streams a tiering pass held the leader's loop for about 110 ms (`rill bench chores`). The table
+notes here each stream it writes (`StreamTable.commit`) and each pack record it stages, so every
+chore visits only what it may have work for. This is derived state: rebuilt from the streams
+whenever a table loads, never stored, and never read by a rule, so no command's outcome depends
+on it.
 
 Expiry is kept in time order: a heap of (instant, sid) with the instant each stream was last
 scheduled for. A sliding TTL only moves an expiry later, so an append or a touch schedules
