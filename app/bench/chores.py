@@ -7,21 +7,33 @@ many idle streams there are. This builds that state in memory (a tenth of the st
 a tenth with retention, every one with a record already in the object store), keeps a few streams
 busy, and times the real passes: the Engine's sweep and the TieringWorker's pass over a file store,
 on a node that applies each proposal at once to a RocksDB state store (no Raft, no HTTP).
+
+`served` shows the same from outside: a real `rill serve` (on CPU 0, its data on /dev/shm where
+there is one) given idle TTL streams by wrk for some seconds, then wrk appending to 100 busy
+streams from 8 connections (on CPU 1); a leader stalled by its chores shows in the appends' p99
+and max.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
+from app.bench.append_wrk import run_wrk
 from app.bench.report import machine
+from app.bench.run import Run
+from app.bench.servers import start_rill
 from app.raft.messages import Entry
 from app.service.engine import Engine
 from app.service.limits import Limits
@@ -38,6 +50,15 @@ BUCKET = "chores"
 BUSY = 10  # streams appended to before every pass
 PASSES = 20
 CT = "application/octet-stream"
+# One Lua state per wrk thread: with one thread, every request creates a stream of its own.
+CREATE_LUA = """
+n = 0
+request = function()
+  n = n + 1
+  return wrk.format("PUT", "/v1/stream/idle" .. n, {["Content-Type"] = "application/octet-stream",
+                                                    ["Stream-TTL"] = "3600"}, nil)
+end
+"""
 
 
 class DirectNode:
@@ -130,6 +151,39 @@ async def _passes(state: StateMachine, clock: Clock, streams: int, root: Path) -
     }
 
 
+def served(create_seconds: int, append_seconds: float = 10.0) -> dict[str, Any]:
+    """Appends to busy streams on a real server after `create_seconds` of creating idle TTL streams."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {1} if len(cpus) > 1 else cpus)  # wrk inherits it; the server runs on CPU 0
+    try:
+        return _served(create_seconds, append_seconds)
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def _served(create_seconds: int, append_seconds: float) -> dict[str, Any]:
+    shm = Path("/dev/shm")  # where there is one: the disk's own stalls would hide the loop's
+    with tempfile.TemporaryDirectory(prefix="rill-bench-chores-", dir=shm if shm.is_dir() else None) as tmp:
+        server = start_rill(Path(tmp) / "data", cpu=0)
+        try:
+            idle = 0
+            if create_seconds:
+                script = Path(tmp) / "create.lua"
+                script.write_text(CREATE_LUA)
+                cmd = ["wrk", "-t1", "-c32", f"-d{create_seconds}s", "-s", str(script), server.url]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                idle = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+            targets = [f"{server.url}/busy{i}" for i in range(100)]
+            with httpx.Client() as client:
+                for target in targets:
+                    client.put(target, headers={"content-type": CT}).raise_for_status()
+            result = asyncio.run(run_wrk(Run(targets), targets, b"x" * 256, CT, 8, 2, append_seconds))
+        finally:
+            server.stop()
+    keys = ("per_second", "p50_ms", "p99_ms", "max_ms", "errors")
+    return {"idle_streams": idle, **{key: result.get(key) for key in keys}}
+
+
 def run_chores(streams: list[int]) -> list[dict[str, Any]]:
     rows = []
     for n in streams:
@@ -138,10 +192,17 @@ def run_chores(streams: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
-def main(streams: list[int] | None = None) -> None:
-    rows = run_chores(streams or [0, 100_000])
+def main(streams: list[int] | None = None, create_seconds: int | None = None) -> None:
     m = machine()
     console = Console()
+    if create_seconds is not None:
+        row = served(create_seconds)
+        console.print(
+            f"[bold]chores, served[/bold]  {create_seconds} s of creates, machine: {m['cores']} cores, {m['date']}"
+        )
+        console.print(row)
+        return
+    rows = run_chores(streams or [0, 100_000])
     console.print(
         f"[bold]chores[/bold]  median of {PASSES} passes, {BUSY} busy streams, machine: {m['cores']} cores, {m['date']}"
     )

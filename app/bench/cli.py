@@ -89,6 +89,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "chores", help="one tiering pass and one expiry sweep, with few and with many streams"
     )
     chores.add_argument("--streams", type=int, nargs="+", default=[0, 100_000], help="idle streams (default 0 100000)")
+    chores.add_argument(
+        "--served",
+        type=int,
+        metavar="SECONDS",
+        help="instead: a real server given idle TTL streams for SECONDS, then appends",
+    )
     soaked = workloads.add_parser(
         "soak", help="long mixed load at a fixed rate: leaks, 5xx, lost or duplicated appends"
     )
@@ -152,7 +158,7 @@ def main(args: argparse.Namespace) -> None:
         patterns.main()
         return
     if args.workload == "chores":
-        chores.main(args.streams)
+        chores.main(args.streams, args.served)
         return
     if args.workload == "soak":
         raise SystemExit(soak.main(_options(args, soak.SoakOptions), args.json_out))
