@@ -100,6 +100,7 @@ class StreamTable:
         self.created.append(meta)
         self.coverage.stream_added(meta)
         self.count_usage(meta.bucket, 1, kept(meta))
+        self.upkeep.added.add(meta.sid)
 
     def stored_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[r.StreamMeta]:
         """Streams of a bucket in name order, from the committed store."""
@@ -129,7 +130,7 @@ class StreamTable:
         self.tail.drop(meta.sid)
         del self.names[(meta.bucket, meta.name)]
         self.coverage.stream_dropped(meta)
-        self.upkeep.forget(meta.sid)
+        self.upkeep.forget(meta)
         self.count_usage(meta.bucket, -1, -kept(meta))
         self.dirty.discard(meta.sid)
         self.batch.delete(r.NAMES, r.name_key(meta.bucket, meta.name))

@@ -33,6 +33,8 @@ class Upkeep:
         self.retention: set[int] = set()  # of those, the ones written since the last take
         self.manifests: set[int] = set()  # streams with cold data that changed: their manifest may be stale
         self.packs: set[str] = set()  # packs whose record changed: their index may be stale
+        self.added: set[int] = set()  # streams created since the last take_names
+        self.removed: list[tuple[int, str, str]] = []  # (sid, bucket, name) of streams dropped since then
         self._peaks = [0, 0]  # the most untiered and evictable held since each was last copied
         self._expiry: list[tuple[int, int]] = []  # (instant in ms, sid), a heap
         self._scheduled: dict[int, int] = {}  # sid -> the instant its live heap entry holds
@@ -76,8 +78,10 @@ class Upkeep:
             self.evictable = set(self.evictable)
             self._peaks[1] = evictable
 
-    def forget(self, sid: int) -> None:
+    def forget(self, meta: r.StreamMeta) -> None:
         """The stream is gone."""
+        sid = meta.sid
+        self.removed.append((sid, meta.bucket, meta.name))
         self.untiered.pop(sid, None)
         self.evictable.discard(sid)
         self._shrink()
@@ -112,6 +116,12 @@ class Upkeep:
             if scheduled.get(sid) == at:
                 del scheduled[sid]
                 yield sid
+
+    def take_names(self) -> tuple[set[int], list[tuple[int, str, str]]]:
+        """The streams created, and those dropped, since the last call."""
+        taken = self.added, self.removed
+        self.added, self.removed = set(), []
+        return taken
 
     def take_retention(self) -> set[int]:
         """The streams with retention written since the last call."""

@@ -63,7 +63,11 @@ class TieringWorker:
         # Streams (by sid) and queued deletions (by key) that failed on their own, and when to retry.
         self.failing: Backoff[int] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
         self.deletions: Backoff[str] = Backoff(config.retry_base, config.retry_max, config.retry_jitter)
-        self._hashed: dict[tuple[str, str], int] | None = None  # (bucket, hashed component) -> sid
+        # (bucket, component) -> sid of the names long enough to be hashed: built once a term, then
+        # kept up to date from the streams created and dropped since (Upkeep.take_names)
+        self._hashed: dict[tuple[str, str], int] | None = None
+        self._hashed_for: object = None  # the Upkeep it follows: a reloaded state machine has another
+        self._upkeep: object = node.machine.upkeep
         # sid -> (tiered, the time of the record there): each pass would otherwise read it again.
         self._first_times: dict[int, tuple[int, int]] = {}
         self.oldest_unsealed: int | None = None  # ms: when the oldest record not yet in a segment was appended
@@ -101,6 +105,8 @@ class TieringWorker:
                 self._publish_all = True
                 self.machine.upkeep.take_manifests()  # the next term checks them all anyway
                 self.machine.upkeep.take_retention()
+                self.machine.upkeep.take_names()
+                self._hashed = None
                 self.retention.forget()
                 self.failing.clear()
                 self.deletions.clear()
@@ -121,6 +127,11 @@ class TieringWorker:
     async def run_once(self) -> None:
         """One pass: everything due is tiered, published, evicted and collected."""
         await self.node.read_barrier()
+        if self.machine.upkeep is not self._upkeep:  # reloaded (a checkpoint installed): what changed is unknown
+            self._upkeep = self.machine.upkeep
+            self._publish_all, self._hashed = True, None
+            self.retention.forget()
+            self.packer.forget()
         self.failing.keep_only(lambda sid: sid in self.machine.streams)
         now = self.node.now_ms()
         due = [meta for meta in sorted(self._due(), key=lambda m: m.sid) if self.failing.ready(meta.sid, now)]
@@ -389,7 +400,9 @@ class TieringWorker:
 
         A key the store refuses to delete stays queued, retried on its own backoff; the others go on.
         """
-        now, self._hashed = self.node.now_ms(), None
+        now = self.node.now_ms()
+        if self._hashed is None:
+            self.machine.upkeep.take_names()  # nothing to keep up to date yet
         self.deletions.keep_only(self.machine.queued_for_deletion)
         queued = self.machine.deletion_queue()
         batch = list(itertools.islice((key for key in queued if self.deletions.ready(key, now)), 1000))
@@ -425,15 +438,29 @@ class TieringWorker:
         name = keys.name_of(component)
         if name is not None:
             return self.machine.lookup(bucket, name)
-        if self._hashed is None:  # built once per pass, and only if the queue holds a hashed key
-            # Percent-encoding at most triples a name's bytes: shorter names are never hashed.
-            self._hashed = {
-                (b, keys.stream_component(n)): sid
-                for (b, n), sid in self.machine.names.items()
-                if 3 * len(n.encode()) > keys.MAX_COMPONENT_BYTES
-            }
-        sid = self._hashed.get((bucket, component))
+        sid = self._hashed_names().get((bucket, component))
         return None if sid is None else self.machine.streams.get(sid)
+
+    def _hashed_names(self) -> dict[tuple[str, str], int]:
+        """The hashed directories' owners as the applied state has them now."""
+        upkeep = self.machine.upkeep
+        added, removed = upkeep.take_names()
+        hashed = self._hashed
+        if hashed is None or upkeep is not self._hashed_for:  # once a term (or after a reload), if ever needed
+            self._hashed_for = upkeep
+            hashed = self._hashed = {
+                (b, keys.stream_component(n)): sid for (b, n), sid in self.machine.names.items() if _long(n)
+            }
+            return hashed
+        for sid, bucket, name in removed:
+            if _long(name) and hashed.get(place := (bucket, keys.stream_component(name))) == sid:
+                del hashed[place]
+        streams = self.machine.streams
+        for sid in added:
+            meta = streams.get(sid)
+            if meta is not None and _long(meta.name):
+                hashed[(meta.bucket, keys.stream_component(meta.name))] = sid
+        return hashed
 
     def _referenced(self, key: str) -> bool:
         if key in self.node.uploading:
@@ -453,3 +480,8 @@ class TieringWorker:
             return meta.tiered > meta.fork_pos and f"{self._manifest_dir(meta)}/manifest.json" == key
         segment = self.machine.segment_at(meta.sid, parsed[2])
         return segment is not None and segment.key == key
+
+
+def _long(name: str) -> bool:
+    """Whether a name may be hashed: percent-encoding at most triples its bytes, so shorter ones never are."""
+    return 3 * len(name.encode()) > keys.MAX_COMPONENT_BYTES

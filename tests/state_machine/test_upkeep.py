@@ -184,3 +184,14 @@ def test_the_sets_a_pass_iterates_are_copied_small_once_most_of_them_is_gone() -
         upkeep.note(meta)
     assert list(upkeep.untiered) == [] and len(upkeep.evictable) == 10
     assert sys.getsizeof(upkeep.untiered) < peak // 20 and sys.getsizeof(upkeep.evictable) < big // 20
+
+
+def test_names_that_came_and_went_are_taken_once() -> None:
+    h = TH()
+    h.sm.upkeep.take_names()
+    h.create("a", OCTET)
+    h.create("b", OCTET)
+    sid = h.m("a").sid
+    h.delete("a")
+    assert h.sm.upkeep.take_names() == ({sid, h.m("b").sid}, [(sid, B, "a")])
+    assert h.sm.upkeep.take_names() == (set(), [])

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import pytest
 
 from app.state_machine.commands import Code, Retain
+from app.tiering import keys
 from app.tiering import pack as packs
 from app.tiering import worker as worker_module
 from app.tiering.retention import retention_target
@@ -106,3 +107,49 @@ def test_retention_looks_at_a_stream_when_it_is_written_or_its_max_age_check_is_
     t.write("aged", b"new")
     t.run()
     assert "aged" in looked and t.h.meta("aged").earliest == 3
+
+
+def test_the_owners_of_hashed_directories_are_kept_up_to_date_not_rebuilt_each_pass(tmp_path: Path) -> None:
+    t = Harness(tmp_path / "cold")
+    long = ["a" * 300, "b" * 300, "c" * 300]
+    for name in long:
+        t.write(name, b"first")
+    t.run()
+    assert t.h.delete(long[0]).code is Code.DELETED
+    t.run()  # a hashed key is queued: the map of hashed names is built, once
+    assert not (t.root / B / keys.stream_component(long[0])).exists()
+    table = t.h.sm.table
+    table.names = NoScan(table.names)
+
+    t.write("d" * 300, b"new")  # created after the map was built
+    assert t.h.delete(long[1]).code is Code.DELETED
+    t.run()
+    assert not (t.root / B / keys.stream_component(long[1])).exists()
+    assert t.h.delete(long[2]).code is Code.DELETED
+    t.write(long[2], b"again")  # the same name, a new stream: its objects stay, the old ones go
+    t.run()
+    t.run()
+    for name in (long[2], "d" * 300):
+        directory = t.root / B / keys.stream_component(name)
+        assert (directory / "manifest.json").exists(), name
+        assert len(list((directory / "segments").glob("*.parquet"))) == 1, name
+    assert t.manifest(long[2]).segments[0].first_offset == f"{0:016d}_{0:016d}"
+    assert t.worker.status()["deletion_queue"] == 0
+
+
+def test_a_reloaded_state_machine_makes_the_worker_look_at_everything_again(tmp_path: Path) -> None:
+    t = Harness(tmp_path / "cold")
+    name = "x" * 300
+    for each in (name, "h" * 300, "plain"):
+        t.write(each, b"first")
+    t.run()
+    assert t.h.delete("h" * 300).code is Code.DELETED
+    t.run()  # the map of hashed names is built
+    assert t.h.delete(name).code is Code.DELETED  # its manifest is queued for deletion...
+    t.write(name, b"again")  # ...and a new stream of that name will publish one at the same key
+    t.h.sm.reload(t.h.kv)  # what a checkpoint install does: the sets kept as it applied start over
+    t.write("plain", b"second")
+    t.run()  # collects the old stream's objects, in the pass that publishes the new one's manifest
+    assert (t.root / B / keys.stream_component(name) / "manifest.json").exists(), "the new stream's manifest"
+    assert t.manifest(name).segments[0].records == 1 and t.worker.status()["deletion_queue"] == 0
+    assert t.pending("plain") == 0 and len(t.manifest("plain").segments) == 2
