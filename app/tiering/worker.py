@@ -132,6 +132,7 @@ class TieringWorker:
             self._publish_all, self._hashed = True, None
             self.retention.forget()
             self.packer.forget()
+        self._follow_names()
         self.failing.keep_only(lambda sid: sid in self.machine.streams)
         now = self.node.now_ms()
         due = [meta for meta in sorted(self._due(), key=lambda m: m.sid) if self.failing.ready(meta.sid, now)]
@@ -401,8 +402,6 @@ class TieringWorker:
         A key the store refuses to delete stays queued, retried on its own backoff; the others go on.
         """
         now = self.node.now_ms()
-        if self._hashed is None:
-            self.machine.upkeep.take_names()  # nothing to keep up to date yet
         self.deletions.keep_only(self.machine.queued_for_deletion)
         queued = self.machine.deletion_queue()
         batch = list(itertools.islice((key for key in queued if self.deletions.ready(key, now)), 1000))
@@ -443,15 +442,23 @@ class TieringWorker:
 
     def _hashed_names(self) -> dict[tuple[str, str], int]:
         """The hashed directories' owners as the applied state has them now."""
+        self._follow_names()
+        if self._hashed is None:  # once a term (or after a reload), and only once a hashed key is queued
+            self._hashed_for = self.machine.upkeep
+            self._hashed = {
+                (b, keys.stream_component(n)): sid for (b, n), sid in self.machine.names.items() if _long(n)
+            }
+        return self._hashed
+
+    def _follow_names(self) -> None:
+        """Brings the owners of hashed directories up to the streams created and dropped since the
+        last call (every pass, so what piles up meanwhile is one pass's worth)."""
         upkeep = self.machine.upkeep
         added, removed = upkeep.take_names()
         hashed = self._hashed
-        if hashed is None or upkeep is not self._hashed_for:  # once a term (or after a reload), if ever needed
-            self._hashed_for = upkeep
-            hashed = self._hashed = {
-                (b, keys.stream_component(n)): sid for (b, n), sid in self.machine.names.items() if _long(n)
-            }
-            return hashed
+        if hashed is None or upkeep is not self._hashed_for:
+            self._hashed = None
+            return
         for sid, bucket, name in removed:
             if _long(name) and hashed.get(place := (bucket, keys.stream_component(name))) == sid:
                 del hashed[place]
@@ -460,7 +467,6 @@ class TieringWorker:
             meta = streams.get(sid)
             if meta is not None and _long(meta.name):
                 hashed[(meta.bucket, keys.stream_component(meta.name))] = sid
-        return hashed
 
     def _referenced(self, key: str) -> bool:
         if key in self.node.uploading:
