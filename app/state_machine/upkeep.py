@@ -44,13 +44,15 @@ class Upkeep:
         sid = meta.sid
         if meta.tail > meta.tiered:
             self.untiered.setdefault(sid)
-            self._peaks[0] = max(self._peaks[0], len(self.untiered))
+            if len(self.untiered) > self._peaks[0]:
+                self._peaks[0] = len(self.untiered)
         elif sid in self.untiered:
             del self.untiered[sid]
             self._shrink()
         if meta.evicted < meta.tiered:
             self.evictable.add(sid)
-            self._peaks[1] = max(self._peaks[1], len(self.evictable))
+            if len(self.evictable) > self._peaks[1]:
+                self._peaks[1] = len(self.evictable)
         elif sid in self.evictable:
             self.evictable.discard(sid)
             self._shrink()

@@ -66,8 +66,7 @@ class TieringWorker:
         # (bucket, component) -> sid of the names long enough to be hashed: built once a term, then
         # kept up to date from the streams created and dropped since (Upkeep.take_names)
         self._hashed: dict[tuple[str, str], int] | None = None
-        self._hashed_for: object = None  # the Upkeep it follows: a reloaded state machine has another
-        self._upkeep: object = node.machine.upkeep
+        self._upkeep: object = node.machine.upkeep  # the state machine's, which a reload replaces
         # sid -> (tiered, the time of the record there): each pass would otherwise read it again.
         self._first_times: dict[int, tuple[int, int]] = {}
         self.oldest_unsealed: int | None = None  # ms: when the oldest record not yet in a segment was appended
@@ -102,15 +101,9 @@ class TieringWorker:
             if not self.node.is_leader:
                 self._published.clear()  # a later term republishes every manifest and retries everything
                 self._published_at.clear()
-                self._publish_all = True
-                self.machine.upkeep.take_manifests()  # the next term checks them all anyway
-                self.machine.upkeep.take_retention()
-                self.machine.upkeep.take_names()
-                self._hashed = None
-                self.retention.forget()
                 self.failing.clear()
                 self.deletions.clear()
-                self.packer.forget()
+                self._look_again()
                 continue
             try:
                 await self.run_once()
@@ -127,12 +120,7 @@ class TieringWorker:
     async def run_once(self) -> None:
         """One pass: everything due is tiered, published, evicted and collected."""
         await self.node.read_barrier()
-        if self.machine.upkeep is not self._upkeep:  # reloaded (a checkpoint installed): what changed is unknown
-            self._upkeep = self.machine.upkeep
-            self._publish_all, self._hashed = True, None
-            self.retention.forget()
-            self.packer.forget()
-        self._follow_names()
+        self._follow_state()
         self.failing.keep_only(lambda sid: sid in self.machine.streams)
         now = self.node.now_ms()
         due = [meta for meta in sorted(self._due(), key=lambda m: m.sid) if self.failing.ready(meta.sid, now)]
@@ -442,22 +430,25 @@ class TieringWorker:
 
     def _hashed_names(self) -> dict[tuple[str, str], int]:
         """The hashed directories' owners as the applied state has them now."""
-        self._follow_names()
+        self._follow_state()
         if self._hashed is None:  # once a term (or after a reload), and only once a hashed key is queued
-            self._hashed_for = self.machine.upkeep
             self._hashed = {
                 (b, keys.stream_component(n)): sid for (b, n), sid in self.machine.names.items() if _long(n)
             }
         return self._hashed
 
-    def _follow_names(self) -> None:
-        """Brings the owners of hashed directories up to the streams created and dropped since the
-        last call (every pass, so what piles up meanwhile is one pass's worth)."""
+    def _follow_state(self) -> None:
+        """Brings what the worker keeps up to the applied state, every pass (so what piles up meanwhile
+        is one pass's worth): a reloaded state machine (a checkpoint installed) has new sets, and the
+        worker starts over as in a new term; else the owners of hashed directories follow the streams
+        created and dropped since the last call."""
         upkeep = self.machine.upkeep
         added, removed = upkeep.take_names()
+        if upkeep is not self._upkeep:
+            self._upkeep = upkeep
+            self._look_again()
         hashed = self._hashed
-        if hashed is None or upkeep is not self._hashed_for:
-            self._hashed = None
+        if hashed is None:
             return
         for sid, bucket, name in removed:
             if _long(name) and hashed.get(place := (bucket, keys.stream_component(name))) == sid:
@@ -467,6 +458,17 @@ class TieringWorker:
             meta = streams.get(sid)
             if meta is not None and _long(meta.name):
                 hashed[(meta.bucket, keys.stream_component(meta.name))] = sid
+
+    def _look_again(self) -> None:
+        """What a new term, or a reloaded state, starts with: every manifest, pack index and retention
+        looked at once, and the owners of hashed directories built again if they are needed."""
+        upkeep = self.machine.upkeep
+        upkeep.take_manifests()
+        upkeep.take_retention()
+        upkeep.take_names()
+        self._publish_all, self._hashed = True, None
+        self.retention.forget()
+        self.packer.forget()
 
     def _referenced(self, key: str) -> bool:
         if key in self.node.uploading:
