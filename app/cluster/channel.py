@@ -14,8 +14,9 @@ port, TLS and proxies as every other request.
   dialer holds the secret too; a frame with a bad tag, out of sequence, or longer than the cap ends
   the connection, so frames cannot be forged, replayed, dropped or reordered unnoticed.
 - **Acknowledgements.** The peer answers on the same connection with the last sequence number it
-  took (8 bytes and a tag), so the dialer learns within seconds that a connection no longer
-  carries anything (a peer paused, a path that drops packets) rather than when TCP gives up.
+  took (8 bytes and a tag), a fraction of a second later and for all the frames since its last
+  answer, so the dialer learns within seconds that a connection no longer carries anything (a peer
+  paused, a path that drops packets) rather than when TCP gives up.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ log = logging.getLogger("rill.transport")
 HEAD_CAP = 16 * 1024  # the peer's 101 and its headers
 FIRST_FRAME_SECONDS = 10.0  # an accepted channel that has not proved itself by then is closed
 ACK_SECONDS = 3.0  # a frame not acknowledged within this ends the connection (the peer or the path is gone)
+# Frames are acknowledged together, at most this long after the first one not yet acknowledged: one
+# write a round would cost both ends a system call and a wake-up, and only liveness needs them.
+ACK_DELAY = 0.25
 _decoder = msgspec.msgpack.Decoder(list[Message])
 
 
@@ -145,6 +148,7 @@ class Inbound(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.frames = 0
         self.closed = False
+        self._ack_due = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -170,7 +174,13 @@ class Inbound(asyncio.Protocol):
             if self.frames == 1:
                 self._on_proven(self)
             self._deliver(messages)
-        if batches and self.transport is not None:
+        if batches and not self._ack_due:
+            self._ack_due = True
+            asyncio.get_running_loop().call_later(ACK_DELAY, self._ack)
+
+    def _ack(self) -> None:
+        self._ack_due = False
+        if not self.closed and self.transport is not None:
             self.transport.write(ch.ack(self._frames.key, self._frames.seq))  # type: ignore[attr-defined]
 
     def _refuse(self, why: str) -> None:
