@@ -36,30 +36,16 @@ from uvicorn.server import ServerState
 from app.serving.clients import ClientSlots, client_key
 from app.serving.cycle import EXTENSION, TAKE_OVER, Cycle
 from app.serving.flow import FlowControl
-from app.serving.limits import LINGER_SECONDS, EdgeLimits
+from app.serving.limits import LINGER_SECONDS, EdgeLimits, Warnings
 from app.serving.responses import error_response
 from app.serving.scope import local_addr, remote_addr, request_target, scheme
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
 # A timer may fire a hair before its deadline; re-arming it for that is not worth a loop turn.
 _SLACK = 0.005
-_CAP_WARNING_SECONDS = 10.0
 # uvicorn's logger names: the log configuration (app/observability/logs.py) and operators know them.
 logger = logging.getLogger("uvicorn.error")
 access_logger = logging.getLogger("uvicorn.access")
-
-
-class Warnings:
-    """When each kind of refusal was last logged: a flood is logged once per period, not per connection."""
-
-    def __init__(self) -> None:
-        self._last: dict[str, float] = {}
-
-    def due(self, kind: str, now: float) -> bool:
-        if now - self._last.get(kind, float("-inf")) < _CAP_WARNING_SECONDS:
-            return False
-        self._last[kind] = now
-        return True
 
 
 class _Reject(Exception):

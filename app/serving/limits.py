@@ -1,4 +1,5 @@
-"""The edge's limits, and the file-descriptor maths behind the default connection cap."""
+"""The edge's limits, the file-descriptor maths behind the default connection cap, and how often a
+refusal at a limit is logged."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ FD_CEILING = 65536
 MAX_BACKLOG = 2048
 # After an error answer the connection drains what the client still sends for at most this long.
 LINGER_SECONDS = 2.0
+# A refusal at a connection cap is logged at most this often per kind.
+WARNING_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +111,16 @@ def per_client_cap(max_connections: int, setting: int | None) -> int:
     if setting is None:
         return max(1, max_connections // 4)
     return min(setting, max_connections)
+
+
+class Warnings:
+    """When each kind of refusal was last logged: a flood is logged once per period, not per connection."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def due(self, kind: str, now: float) -> bool:
+        if now - self._last.get(kind, float("-inf")) < WARNING_SECONDS:
+            return False
+        self._last[kind] = now
+        return True
