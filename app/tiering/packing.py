@@ -182,21 +182,22 @@ class Packer:
         info = self.machine.pack(pack_of_index(key))
         return info is not None and info.live > 0
 
-    async def merge_due(self, directory_of: Callable[[StreamMeta], str]) -> list[StreamMeta]:
-        """Merges the small segments of streams that collected `merge_min_segments` of them; returns
-        the streams merged (their manifests list other segments now)."""
+    async def merge_due(self, directory_of: Callable[[StreamMeta], str], merged: Callable[[StreamMeta], None]) -> None:
+        """Merges the small segments of streams that collected `merge_min_segments` of them; `merged`
+        hears of each stream as soon as one of its merges is recorded (its manifest lists other
+        segments now), so a pass an outage stops still republishes what it did."""
         due, self._merge_due = sorted(self._merge_due), set()
-        merged = []
-        for sid in due:
-            self._small.pop(sid, None)
+        for n, sid in enumerate(due):
             meta = self.machine.streams.get(sid)
-            if meta is None or meta.deleted:
-                continue
-            if await self._merge_one(meta, directory_of(meta)):
-                merged.append(meta)
-                while await self._merge_one(meta, directory_of(meta)):
-                    pass
-        return merged
+            try:
+                if meta is not None and not meta.deleted and await self._merge_one(meta, directory_of(meta)):
+                    merged(meta)
+                    while await self._merge_one(meta, directory_of(meta)):
+                        pass
+            except BaseException:
+                self._merge_due.update(due[n:])  # the pass stopped (an outage): what it did not finish waits
+                raise
+            self._small.pop(sid, None)
 
     def sealed_small(self, meta: StreamMeta, segment: SegmentInfo) -> None:
         """Notes a segment of its own sealed small (by age), for the merge count."""

@@ -129,13 +129,15 @@ class TieringWorker:
             if meta.sid not in packed:
                 await self._isolated(meta, self._tier_stream)
         await self._retain()
+        await self.packer.merge_due(self._dir, self._merged)  # first: what it releases is collected below
         await self._publish_manifests()
         await self.packer.publish_indexes()
-        for meta in await self.packer.merge_due(self._dir):
-            self._published.pop((meta.bucket, meta.name), None)  # republished next pass
-            self._republish.add(meta.sid)
         await self._evict()
         await self._collect()
+
+    def _merged(self, meta: StreamMeta) -> None:
+        self._published.pop((meta.bucket, meta.name), None)  # written again before the collector runs
+        self._republish.add(meta.sid)
 
     async def _isolated(self, meta: StreamMeta, work: Callable[[StreamMeta], Awaitable[None]]) -> None:
         """Runs one stream's store work; a failure of that stream alone sets it aside until its next retry."""
@@ -189,21 +191,21 @@ class TieringWorker:
         """Applies streams' automatic retention (max-age, max-bytes), to the streams due a look."""
         now = self.node.now_ms()
         streams = self.machine.streams
-        due = self.retention.due(self.machine, now)
-        for n, sid in enumerate(due):
-            if n and n % YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-            meta = streams.get(sid)
-            if meta is None or meta.deleted:
-                continue
-            target = retention_target(self.machine, meta, now)
-            if target is not None:
-                try:
+        due, n = self.retention.due(self.machine, now), 0
+        try:
+            for n, sid in enumerate(due):
+                if n and n % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                meta = streams.get(sid)
+                if meta is None or meta.deleted:
+                    continue
+                target = retention_target(self.machine, meta, now)
+                if target is not None:
                     await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
-                except BaseException:
-                    self.retention.retry(due[n:], now)
-                    raise
-            self.retention.checked(meta, now)
+                self.retention.checked(meta, now)
+        except BaseException:
+            self.retention.retry(due[n:], now)  # the pass stopped: what it did not reach waits
+            raise
 
     def _due(self) -> list[StreamMeta]:
         """The streams to seal now; on the way, notes when the oldest unsealed record was appended."""

@@ -5,6 +5,7 @@ segments are merged, and the last slice released takes the pack with it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from app.state_machine.reader import ColdMiss
 from app.state_machine.records import SegmentInfo
 from app.tiering import catalog
 from app.tiering import pack as packs
+from app.tiering import segment as seg
 from app.tiering.cache import SegmentCache
 from app.tiering.keys import stream_component
 from app.tiering.segment import Record
@@ -166,6 +168,68 @@ def test_a_trickling_stream_is_merged_into_a_segment_of_its_own(tmp_path: Path) 
     p.run()  # the merged streams released every pack: all four are collected
     assert [k for k in p.objects() if "/!packs/" in k] == []
     assert sorted(k.rsplit("/", 1)[1] for k in p.objects() if k.endswith("manifest.json")) == ["manifest.json"] * 2
+
+
+class Outage:
+    """Makes the packer's uploads of merged segments fail: the first one from `fail_at` on."""
+
+    def __init__(self, p: Packing, fail_at: int) -> None:
+        self.real, self.fail_at, self.merges, self.on = p.worker.packer.upload, fail_at, 0, False
+        p.worker.packer.upload = self.upload
+
+    def upload(self, segment: SegmentInfo, data: bytes | memoryview) -> None:
+        if self.on and segment.records > 1:
+            self.merges += 1
+            if self.merges == self.fail_at:
+                raise StoreUnavailable("the store is down")
+        self.real(segment, data)
+
+
+def _dangling(p: Packing) -> list[str]:
+    """Objects a published manifest lists that are not in the store."""
+    listed = []
+    for key in p.objects():
+        if key.endswith("/manifest.json"):
+            manifest = seg.Manifest.from_json(p.store.get(key))
+            listed += [f"{key.rsplit('/', 1)[0]}/{entry.path}" for entry in manifest.segments]
+    return [key for key in listed if key not in p.objects()]
+
+
+@pytest.mark.parametrize("fail_at", [1, 2])
+def test_a_merge_pass_an_outage_stops_leaves_no_stream_unmerged(tmp_path: Path, fail_at: int) -> None:
+    p = Packing(tmp_path, merge_min_segments=4, local_disk_budget=1 << 30)
+    outage = Outage(p, fail_at)
+    for round_ in range(4):
+        for name in ("trickle", "other"):
+            p.write(name, f"{name}-{round_};".encode())
+        outage.on = round_ == 3
+        if outage.on:
+            with pytest.raises(StoreUnavailable):
+                p.run()
+        else:
+            p.run()
+    outage.on = False
+    p.run()  # the store is back and nothing new is written: what the stopped pass had left is merged
+    for name in ("trickle", "other"):
+        (merged,) = p.segments(name)
+        assert not merged.packed and merged.records == 4
+    assert p.read("other") == b"other-0;other-1;other-2;other-3;"
+
+
+@pytest.mark.parametrize("fail_at", [0, 2])
+def test_a_merged_stream_s_manifest_never_lists_a_collected_object(tmp_path: Path, fail_at: int) -> None:
+    p = Packing(tmp_path, merge_min_segments=4, local_disk_budget=1 << 30, pack_below_bytes=0)
+    outage = Outage(p, fail_at)  # 0: no outage; 2: the second stream's merge fails, after the first's
+    for round_ in range(5):
+        for name in ("trickle", "other"):
+            p.write(name, f"{name}-{round_};".encode())
+        outage.on = round_ == 3
+        with contextlib.suppress(StoreUnavailable):
+            p.run()
+        assert _dangling(p) == []
+    outage.on = False
+    p.run()
+    assert _dangling(p) == [] and p.worker.status()["segments_merged"] >= 2
 
 
 def test_a_damaged_pack_is_refused_not_served(p: Packing) -> None:
