@@ -109,6 +109,30 @@ def test_retention_looks_at_a_stream_when_it_is_written_or_its_max_age_check_is_
     assert "aged" in looked and t.h.meta("aged").earliest == 3
 
 
+def test_a_retention_pass_that_fails_on_a_stream_looks_at_it_and_the_rest_next_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = Harness(tmp_path / "cold")
+    for name in ("a", "b", "c"):
+        t.h.create(name, OCTET, retention_bytes=6)
+        t.write(name, b"0123")
+        t.write(name, b"4567")
+    failed: list[str] = []
+
+    def failing_once(machine: Any, meta: Any, now: int) -> int | None:
+        if not failed:
+            failed.append(meta.name)
+            raise OSError("the state store could not be read")
+        return retention_target(machine, meta, now)
+
+    monkeypatch.setattr(worker_module, "retention_target", failing_once)
+    with pytest.raises(OSError):
+        t.run()  # the term's first pass: it stops at the first stream
+    t.node.advance(0.1)
+    t.run()  # nothing written since: the streams it did not finish are looked at all the same
+    assert failed == ["a"] and [t.h.meta(n).earliest for n in ("a", "b", "c")] == [4, 4, 4]
+
+
 def test_the_owners_of_hashed_directories_are_kept_up_to_date_not_rebuilt_each_pass(tmp_path: Path) -> None:
     t = Harness(tmp_path / "cold")
     long = ["a" * 300, "b" * 300, "c" * 300]
