@@ -3,9 +3,10 @@
 A backup is written at most every `interval` seconds, and sooner once `entries` entries have been
 applied since the last one (but not within `MIN_GAP_SECONDS` of it, nor before `MAX_SHARE` of the
 time since it has gone into taking it: its cost grows with the state, and a busy leader must not
-spend more of its time on backups as its state grows). It is built from a RocksDB
-checkpoint of the state store, a consistent view taken in a moment, and encoded and uploaded on the
-thread pools: appends go on meanwhile. The newest `keep` backups are kept; older ones are deleted.
+spend more of its time on backups as its state grows). It is built from a RocksDB checkpoint of
+the state store, a consistent view taken in a moment, encoded in a child process (which leaves the
+server's GIL alone) and uploaded on the thread pools: appends go on meanwhile. The newest `keep`
+backups are kept; older ones are deleted.
 
 With the segments the tiering worker seals, a backup is what `rill restore` rebuilds a node from
 when every node's disk is lost. `recovery_point` says how far behind the object store is.
@@ -23,9 +24,9 @@ from typing import Protocol
 from app.runtime import blocking
 from app.state_machine import backup
 from app.state_machine.machine import StateMachine
-from app.state_machine.records import COLUMN_FAMILIES
 from app.storage.rocks import RocksKV
 from app.storage.state_store import StateStore
+from app.tiering import backup_writer
 from app.tiering.store import ObjectStore, StoreUnavailable
 
 log = logging.getLogger("rill.backups")
@@ -136,16 +137,12 @@ class StateBackups:
             await blocking.run("backups", _remove, path)
 
     def _write_from(self, checkpoint: Path, now: int) -> tuple[backup.Header, str, int]:
-        """Writes the backup of a checkpoint to a file beside it a frame at a time, then uploads the file
-        (in parts on S3): a large state is never held in memory whole."""
+        """Writes the backup of a checkpoint to a file beside it a frame at a time, in a child process
+        (app/tiering/backup_writer.py), then uploads the file (in parts on S3): a large state is never
+        held in memory whole, nor encoded under the server's GIL."""
         file = checkpoint.with_name(checkpoint.name + ".state")
-        view = RocksKV(checkpoint, COLUMN_FAMILIES)
         try:
-            with open(file, "wb") as out:
-                header, sha256 = backup.write(view, now, self.node_id, out)
-        finally:
-            view.close()
-        try:
+            header, sha256 = backup_writer.encode_in_child(checkpoint, file, now, self.node_id)
             key, size = backup.key_for(header.index, sha256), file.stat().st_size
             self.store.put_file(key, file, sha256)
             info = self.store.stat(key)

@@ -105,11 +105,19 @@ def test_the_recovery_point_age_counts_unsaved_metadata_and_unsealed_records(tmp
     assert backups.recovery_point_age(leader.now, None) is None
 
 
-def test_a_backup_of_the_state_store_is_written_through_a_file_and_restores(tmp_path: Path) -> None:
+def test_a_backup_of_the_state_store_is_written_through_a_file_and_restores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from app.service.restore import restore
     from app.state_machine import records as r
     from app.storage.rocks import RocksKV
     from app.storage.state_store import StateStore
+    from app.tiering import backup_writer
+
+    def not_here(*args: object) -> None:
+        raise AssertionError("encoded in the server's process, under its GIL")
+
+    monkeypatch.setattr(backup_writer, "encode", not_here)  # the child process has its own, untouched
 
     state_store = StateStore(tmp_path / "node", r.COLUMN_FAMILIES)
     h = TH(kv=state_store.open())  # type: ignore[arg-type]
