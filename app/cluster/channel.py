@@ -106,11 +106,15 @@ class FrameWriter:
 
 
 class FrameReader:
-    """Takes a connection's bytes as they come and gives back whole, checked payloads."""
+    """Takes a connection's bytes as they come and gives back whole, checked payloads.
 
-    def __init__(self, key: bytes, max_payload: int) -> None:
+    The first frame, which proves the dialer holds the secret, may be at most `first_payload` long:
+    before it is checked, whoever opened the connection decides what is buffered."""
+
+    def __init__(self, key: bytes, max_payload: int, first_payload: int | None = None) -> None:
         self.key = key
         self.max_payload = max_payload
+        self.first_payload = max_payload if first_payload is None else min(first_payload, max_payload)
         self.seq = 0
         self._buffer = bytearray()
 
@@ -119,8 +123,9 @@ class FrameReader:
         out = []
         while len(self._buffer) >= _HEAD.size:
             length, seq = _HEAD.unpack_from(self._buffer)
-            if length > self.max_payload:
-                raise ChannelError(f"a frame of {length} bytes is past the cap of {self.max_payload}")
+            cap = self.max_payload if self.seq else self.first_payload
+            if length > cap:
+                raise ChannelError(f"a frame of {length} bytes is past the cap of {cap}")
             end = _HEAD.size + length + TAG_BYTES
             if len(self._buffer) < end:
                 break
@@ -133,6 +138,9 @@ class FrameReader:
             del self._buffer[:end]
             out.append(payload)
         return out
+
+    def clear(self) -> None:
+        self._buffer = bytearray()
 
 
 def ack(key: bytes, seq: int) -> bytes:

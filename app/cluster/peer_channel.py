@@ -12,6 +12,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -24,11 +25,19 @@ log = logging.getLogger("rill.transport")
 
 HEAD_CAP = 16 * 1024  # the peer's 101 and its headers
 FIRST_FRAME_SECONDS = 10.0  # an accepted channel that has not proved itself by then is closed
-ACK_SECONDS = 3.0  # a frame not acknowledged within this ends the connection (the peer or the path is gone)
+# A frame not acknowledged within this, plus its bytes at the slowest rate a peer is allowed, ends the
+# connection (the peer or the path is gone).
+ACK_SECONDS = 3.0
+SLOW_PEER_BYTES_PER_SECOND = 16 * 1024 * 1024
+# Before its first frame proves the secret, a channel may buffer at most this much: what anyone who can
+# reach the node makes it hold per channel. A batch is at most about 4 MiB (transport.BATCH_BYTES), and
+# a dialer opens with an empty frame (`Outbound.open`), so a longer message never comes first.
+FIRST_FRAME_CAP = 8 * 1024 * 1024
 # Frames are acknowledged together, at most this long after the first one not yet acknowledged: one
 # write a round would cost both ends a system call and a wake-up, and only liveness needs them.
 ACK_DELAY = 0.25
 _decoder = msgspec.msgpack.Decoder(list[Message])
+_EMPTY_BATCH = msgspec.msgpack.encode([])
 
 
 class Refused(Exception):
@@ -44,6 +53,8 @@ class Outbound:
         self._acks = ch.AckReader(key)
         self._closed = False
         self._waiting_since: float | None = None  # when the oldest frame not yet acknowledged went out
+        self._unacked: deque[tuple[int, int]] = deque()  # (sequence number, bytes) of frames not acknowledged
+        self._unacked_bytes = 0
         self._watch = asyncio.ensure_future(self._read_acks(reader))
 
     @classmethod
@@ -72,18 +83,30 @@ class Outbound:
         except BaseException:
             writer.close()
             raise
-        return cls(reader, writer, key)
+        out = cls(reader, writer, key)
+        out.send([_EMPTY_BATCH])  # the proof, small enough for the peer's cap on a first frame
+        return out
+
+    @property
+    def acknowledged(self) -> bool:
+        """Whether the peer acknowledged any frame on this connection (so it took the channel)."""
+        return self._acks.acked > 0
 
     @property
     def is_open(self) -> bool:
-        stalled = self._waiting_since is not None and time.monotonic() - self._waiting_since > ACK_SECONDS
+        allowed = ACK_SECONDS + self._unacked_bytes / SLOW_PEER_BYTES_PER_SECOND
+        stalled = self._waiting_since is not None and time.monotonic() - self._waiting_since > allowed
         return not self._closed and not stalled and not self._writer.is_closing()
 
     def send(self, payload: Sequence[bytes | memoryview]) -> None:
         """Writes one frame (it goes out as the socket takes it; `drain` waits for that)."""
         if self._waiting_since is None:
             self._waiting_since = time.monotonic()
-        self._writer.writelines(self._frames.frame(payload))
+        pieces = self._frames.frame(payload)
+        size = sum(len(piece) for piece in pieces)
+        self._unacked.append((self._frames.seq, size))
+        self._unacked_bytes += size
+        self._writer.writelines(pieces)
 
     async def drain(self, timeout: float) -> None:
         await asyncio.wait_for(self._writer.drain(), timeout)
@@ -98,6 +121,8 @@ class Outbound:
         try:
             while data := await reader.read(4096):
                 acked = self._acks.feed(data)
+                while self._unacked and self._unacked[0][0] <= acked:
+                    self._unacked_bytes -= self._unacked.popleft()[1]
                 self._waiting_since = None if acked >= self._frames.seq else time.monotonic()
         except (OSError, ch.ChannelError):
             pass
@@ -141,7 +166,7 @@ class Inbound(asyncio.Protocol):
     ) -> None:
         self.peer = peer
         self.node_id = node_id
-        self._frames = ch.FrameReader(key, max_payload)
+        self._frames = ch.FrameReader(key, max_payload, FIRST_FRAME_CAP)
         self._deliver = deliver
         self._on_close = on_close
         self._on_proven = on_proven
@@ -149,17 +174,23 @@ class Inbound(asyncio.Protocol):
         self.frames = 0
         self.closed = False
         self._ack_due = False
+        self._deadline: asyncio.TimerHandle | None = None
+        self.client = ""  # the address it came from
+        self.accepted = 0  # its place in the order the node accepted channels in
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         # Anyone may ask for a channel; only a frame tagged with the session key proves the secret.
-        asyncio.get_running_loop().call_later(FIRST_FRAME_SECONDS, self._unproven)
+        self._deadline = asyncio.get_running_loop().call_later(FIRST_FRAME_SECONDS, self._unproven)
 
     def _unproven(self) -> None:
-        if self.frames == 0:
+        self._deadline = None
+        if self.frames == 0 and not self.closed:
             self._refuse(f"no frame in {FIRST_FRAME_SECONDS:.0f} s")
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         try:
             payloads = self._frames.feed(data)
             batches = [_decoder.decode(payload) for payload in payloads]
@@ -172,8 +203,14 @@ class Inbound(asyncio.Protocol):
                 return
             self.frames += 1
             if self.frames == 1:
+                if self._deadline is not None:
+                    self._deadline.cancel()
+                    self._deadline = None
                 self._on_proven(self)
-            self._deliver(messages)
+                if self.closed:  # proven after a newer channel from the peer: this one is stale
+                    return
+            if messages:
+                self._deliver(messages)
         if batches and not self._ack_due:
             self._ack_due = True
             asyncio.get_running_loop().call_later(ACK_DELAY, self._ack)
@@ -188,10 +225,18 @@ class Inbound(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
-        self.closed = True
+        self._release()
         if self.transport is not None:
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self._release()
         self._on_close(self)
+
+    def _release(self) -> None:
+        """Closed: nothing it buffered, and no timer, keeps it in memory."""
+        self.closed = True
+        self._frames.clear()
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import itertools
 import logging
 import re
 import secrets
@@ -45,7 +46,7 @@ import msgspec
 
 from app.cluster import wire
 from app.cluster.channel import ChannelError, Hello, welcome
-from app.cluster.peer_channel import Inbound, Outbound, Refused, welcome_head
+from app.cluster.peer_channel import SLOW_PEER_BYTES_PER_SECOND, Inbound, Outbound, Refused, welcome_head
 from app.cluster.peer_client import Connection, ConnectionClosed, connect, encode_head, encode_request
 from app.domain.errors import ProtocolError
 from app.domain.paths import RAFT_PATH
@@ -56,13 +57,20 @@ log = logging.getLogger("rill.transport")
 PATH = RAFT_PATH
 CHANNEL_PATH = RAFT_PATH  # a GET with `Upgrade: rill-raft-1` on the same path opens a channel
 HTTP_FALLBACK_SECONDS = 30.0
-MAX_UNPROVEN_PER_PEER = 2
+# Channels not yet proven by a first frame: from one client address, this many wait (its oldest makes
+# room for a new one), and this many in all (past that a new one is refused: the peer sends by HTTP).
+# So whoever asks without the secret holds at most MAX_UNPROVEN first frames' caps of memory, and can
+# displace only what came from its own address.
+MAX_UNPROVEN_PER_ADDRESS = 2
+MAX_UNPROVEN = 8
+# Channels in a row the peer accepted but that ended before it acknowledged anything (displaced by
+# others asking in its name, say): HTTP for a while. A peer that cannot be reached at all is not counted.
+MAX_FAILED_DIALS = 3
 REPLY_PATH = PATH + "#reply"  # what a reply's signature names
 AUTH_HEADER = "x-rill-signature"
 REPLIES_HEADER = "x-rill-replies"
 REPLY_WAIT = 0.25  # seconds a receiver holds a response for its node's replies
 REQUEST_SECONDS = 2.0  # a request's answer is given up on after this, plus its size at the rate below
-SLOW_PEER_BYTES_PER_SECOND = 16 * 1024 * 1024
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 BATCH_BYTES = 4 * 1024 * 1024  # a request packs messages up to about this much; a bigger message goes alone
 WINDOW_SECONDS = 5.0  # a signature is accepted this long before and after the receiver's clock
@@ -207,6 +215,8 @@ class Transport:
         self._outbound: dict[int, Outbound] = {}
         self._http_until: dict[int, float] = {}  # peers that refused a channel: HTTP until then (monotonic)
         self._inbound: dict[int, list[Inbound]] = {}
+        self._accepted = itertools.count(1)  # the order channels were accepted in
+        self._failed_dials: dict[int, int] = {}
         self.routes = dict(routes or {})  # peers dialed elsewhere than their member URL (a proxy in between)
         self.secret = secret
         self.tls = tls  # for https:// peers
@@ -327,13 +337,14 @@ class Transport:
         if out is None or not out.is_open:
             if out is not None:
                 out.close()
+                if not out.acknowledged and self._dial_failed(peer, "it ended before the peer acknowledged it"):
+                    return False
             try:
                 out = await Outbound.open(
                     self.peers[peer], CHANNEL_PATH, self.tls, self.secret, self.node_id, peer, CONNECT_SECONDS
                 )
             except Refused as exc:
-                log.info("node %s takes no Raft channel (%s): HTTP for %.0f s", peer, exc, HTTP_FALLBACK_SECONDS)
-                self._http_until[peer] = time.monotonic() + HTTP_FALLBACK_SECONDS
+                self._fall_back(peer, str(exc))
                 return False
             except ChannelError as exc:
                 log.warning("refused a Raft channel to node %s: %s", peer, exc)
@@ -350,29 +361,55 @@ class Transport:
             out.close()
         return True
 
+    def _dial_failed(self, peer: int, why: str) -> bool:
+        """Counts a channel `peer` accepted that never carried anything; True once it falls back to HTTP."""
+        failed = self._failed_dials[peer] = self._failed_dials.get(peer, 0) + 1
+        if failed < MAX_FAILED_DIALS:
+            return False
+        self._fall_back(peer, f"{failed} channels in a row failed, the last: {why}")
+        return True
+
+    def _fall_back(self, peer: int, why: str) -> None:
+        log.info("node %s takes no Raft channel (%s): HTTP for %.0f s", peer, why, HTTP_FALLBACK_SECONDS)
+        self._http_until[peer] = time.monotonic() + HTTP_FALLBACK_SECONDS
+        self._failed_dials[peer] = 0
+
     def accept_channel(
-        self, hello: Hello, deliver: Callable[[list[Message]], None], max_payload: int
+        self, hello: Hello, deliver: Callable[[list[Message]], None], max_payload: int, client: str
     ) -> tuple[bytes, Inbound] | None:
-        """The 101 and the protocol for a peer's channel, or None if this node takes none from it.
+        """The 101 and the protocol for a peer's channel from the address `client`, or None if this
+        node takes none from it.
 
         Anyone can ask in the peer's name; only its first frame proves the secret. So asking costs
-        only other unproven channels their place (at most MAX_UNPROVEN_PER_PEER wait, each for
-        FIRST_FRAME_SECONDS), and a proven channel replaces only the peer's older proven one."""
+        only other unproven channels from the same address their place (MAX_UNPROVEN_PER_ADDRESS
+        wait, each for at most FIRST_FRAME_SECONDS, and MAX_UNPROVEN in all), and a proven channel
+        replaces only the peer's channels accepted before it."""
         if not self.channels or not self.secret or hello.dst != self.node_id or hello.src not in self.peers:
+            return None
+        unproven = [i for held in self._inbound.values() for i in held if not i.frames and not i.closed]
+        mine = [i for i in unproven if i.client == client]
+        if len(mine) >= MAX_UNPROVEN_PER_ADDRESS:
+            mine[0].close()
+        elif len(unproven) >= MAX_UNPROVEN:
+            log.warning("refused a Raft channel from %s: %d channels wait for their first frame", client, MAX_UNPROVEN)
             return None
         answer, key = welcome(self.secret, hello)
         held = self._inbound.setdefault(hello.src, [])
         held[:] = [i for i in held if not i.closed]
-        unproven = [i for i in held if not i.frames]
-        if len(unproven) >= MAX_UNPROVEN_PER_PEER:
-            unproven[0].close()
         inbound = Inbound(key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed, self._proven)
+        inbound.client, inbound.accepted = client, next(self._accepted)
         held.append(inbound)
         return welcome_head(answer), inbound
 
     def _proven(self, inbound: Inbound) -> None:
-        for older in [i for i in self._inbound.get(inbound.peer, []) if i is not inbound and i.frames and not i.closed]:
-            older.close()  # the peer redialed: what it sent before went over the older one
+        """The peer redialed: what it sent before went over its older channels. A channel proven after
+        a newer one (its first frame held up on the way) is the stale one."""
+        others = [i for i in self._inbound.get(inbound.peer, []) if i is not inbound and i.frames and not i.closed]
+        if any(other.accepted > inbound.accepted for other in others):
+            inbound.close()
+            return
+        for older in others:
+            older.close()
 
     def _inbound_closed(self, inbound: Inbound) -> None:
         held = self._inbound.get(inbound.peer)

@@ -143,7 +143,8 @@ async def raft_channel(engine: Engine, transport: Transport | None, scope: Scope
     node = engine.node
     accepted = None
     if transport is not None and take_over is not None and hello is not None:
-        accepted = transport.accept_channel(hello, node.receive_all, _body_cap(engine.limits))
+        client = scope.get("client") or ("", 0)
+        accepted = transport.accept_channel(hello, node.receive_all, _body_cap(engine.limits), client[0])
     if accepted is None:
         await send_reply(send, error_reply(404, "no_channel", "this node takes no Raft channel from you"))
         return

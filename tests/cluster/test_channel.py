@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import msgspec
 import pytest
 
 from app.cluster import channel as ch
 from app.cluster.peer_channel import Inbound
-from app.cluster.transport import Transport
-from app.raft.messages import Message, RequestVote
+from app.cluster.transport import MAX_FAILED_DIALS, MAX_UNPROVEN, Transport
+from app.raft.messages import RequestVote
 
 SECRET = b"s" * 32
 
@@ -116,35 +117,89 @@ class _Socket(asyncio.Transport):
         pass
 
 
+def _accepting(transport: Transport) -> tuple[Callable[[str], tuple[Inbound, _Socket]], Callable[[Inbound], None]]:
+    def accept(client: str) -> tuple[Inbound, _Socket]:
+        accepted = transport.accept_channel(ch.hello(2, 1), lambda _: None, 1 << 20, client)
+        assert accepted is not None
+        inbound, socket = accepted[1], _Socket()
+        inbound.connection_made(socket)
+        return inbound, socket
+
+    def prove(inbound: Inbound) -> None:
+        writer = ch.FrameWriter(inbound._frames.key)
+        inbound.data_received(b"".join(bytes(p) for p in writer.frame([msgspec.msgpack.encode([])])))
+
+    return accept, prove
+
+
 def test_channels_asked_for_in_a_peers_name_never_close_its_proven_one() -> None:
     """Anyone may ask for a channel in node 2's name; without the secret it cannot send a frame, so
     it only displaces other unproven channels. A proven channel replaces only an older proven one."""
 
     async def run() -> None:
         transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
-        delivered: list[list[Message]] = []
-
-        def accept() -> tuple[Inbound, _Socket]:
-            accepted = transport.accept_channel(ch.hello(2, 1), delivered.append, 1 << 20)
-            assert accepted is not None
-            inbound, socket = accepted[1], _Socket()
-            inbound.connection_made(socket)
-            return inbound, socket
-
-        def prove(inbound: Inbound) -> None:
-            writer = ch.FrameWriter(inbound._frames.key)
-            inbound.data_received(b"".join(bytes(p) for p in writer.frame([msgspec.msgpack.encode([])])))
-
-        real, real_socket = accept()
+        accept, prove = _accepting(transport)
+        real, real_socket = accept("10.0.0.2")
         prove(real)
-        attackers = [accept() for _ in range(6)]
+        attackers = [accept("10.0.0.66") for _ in range(6)]
         assert not real_socket.closed
         assert sum(not socket.closed for _, socket in attackers) <= 2
-        again, again_socket = accept()
+        again, again_socket = accept("10.0.0.2")
         prove(again)  # node 2 redialed: its older channel goes
         assert real_socket.closed and not again_socket.closed
-        assert transport.accept_channel(ch.hello(3, 1), delivered.append, 1 << 20) is None  # not a member
-        assert transport.accept_channel(ch.hello(2, 7), delivered.append, 1 << 20) is None  # not this node
+        assert transport.accept_channel(ch.hello(3, 1), lambda _: None, 1 << 20, "10.0.0.3") is None  # not a member
+        assert transport.accept_channel(ch.hello(2, 7), lambda _: None, 1 << 20, "10.0.0.2") is None  # not this node
+        await transport.close()
+
+    asyncio.run(run())
+
+
+def test_a_flood_of_unproven_channels_displaces_only_its_own_and_is_capped() -> None:
+    """A flood of upgrades without the secret once evicted the peer's own channel in the moment
+    between its 101 and its first frame, so it never got one (and never fell back to HTTP)."""
+
+    async def run() -> None:
+        transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
+        accept, prove = _accepting(transport)
+        real, real_socket = accept("10.0.0.2")  # its first frame is on the way
+        flood = [accept(f"10.0.1.{i % 3}") for i in range(30)]
+        assert not real_socket.closed, "the flood from other addresses left it alone"
+        assert sum(not socket.closed for _, socket in flood) <= MAX_UNPROVEN
+        for i in range(MAX_UNPROVEN):  # every slot taken: a new address is refused, and falls back to HTTP
+            if transport.accept_channel(ch.hello(2, 1), lambda _: None, 1 << 20, f"10.0.2.{i}") is None:
+                break
+        else:
+            raise AssertionError("no unproven channel was ever refused")
+        prove(real)
+        assert not real_socket.closed and real.frames == 1
+        await transport.close()
+
+    asyncio.run(run())
+
+
+def test_a_channel_proven_after_a_newer_one_is_the_one_closed() -> None:
+    """The first frame of a dial held up on the path: the dialer gave up and redialed, the new
+    channel proved itself, then the old frame arrived. The old channel goes, not the live one."""
+
+    async def run() -> None:
+        transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
+        accept, prove = _accepting(transport)
+        late, late_socket = accept("10.0.0.2")
+        live, live_socket = accept("10.0.0.2")
+        prove(live)
+        prove(late)
+        assert late_socket.closed and not live_socket.closed
+        await transport.close()
+
+    asyncio.run(run())
+
+
+def test_channels_that_never_carry_anything_send_the_peer_to_http() -> None:
+    async def run() -> None:
+        transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
+        assert not any(transport._dial_failed(2, "cut short") for _ in range(MAX_FAILED_DIALS - 1))
+        assert transport._dial_failed(2, "cut short")
+        assert transport._http_until[2] > 0 and transport._failed_dials[2] == 0
         await transport.close()
 
     asyncio.run(run())

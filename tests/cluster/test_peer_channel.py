@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from app.cluster import channel as ch
-from app.cluster.peer_channel import ACK_DELAY, ACK_SECONDS, Inbound
-from app.raft.messages import AppendResponse, Message
+from app.cluster import peer_channel
+from app.cluster.peer_channel import ACK_DELAY, ACK_SECONDS, FIRST_FRAME_CAP, Inbound, Outbound
+from app.raft.messages import AppendEntries, AppendResponse, Entry, Message
 
 KEY = b"k" * 32
 
@@ -26,8 +28,8 @@ class FakeTransport:
         self.closed = True
 
 
-def _inbound(delivered: list[list[Message]]) -> tuple[Inbound, FakeTransport]:
-    inbound = Inbound(KEY, 2, 1, 1 << 20, delivered.append, lambda _: None, lambda _: None)
+def _inbound(delivered: list[list[Message]], max_payload: int = 1 << 20) -> tuple[Inbound, FakeTransport]:
+    inbound = Inbound(KEY, 2, 1, max_payload, delivered.append, lambda _: None, lambda _: None)
     transport = FakeTransport()
     inbound.connection_made(transport)  # type: ignore[arg-type]
     return inbound, transport
@@ -36,6 +38,10 @@ def _inbound(delivered: list[list[Message]]) -> tuple[Inbound, FakeTransport]:
 def _frames(writer: ch.FrameWriter, count: int) -> bytes:
     payload = msgspec.msgpack.encode([AppendResponse(term=1, src=2, dst=1, success=True, match_index=0)])
     return b"".join(bytes(piece) for _ in range(count) for piece in writer.frame([payload]))
+
+
+def _frames_of(writer: ch.FrameWriter, payload: bytes) -> bytes:
+    return b"".join(bytes(piece) for piece in writer.frame([payload]))
 
 
 def _acked(written: list[bytes]) -> list[int]:
@@ -103,5 +109,82 @@ def test_a_forged_frame_closes_the_channel_and_delivers_nothing() -> None:
         assert transport.closed and delivered == []
         await asyncio.sleep(ACK_DELAY + 0.05)
         assert transport.written == []
+
+    asyncio.run(scenario())
+
+
+def test_before_its_first_frame_a_channel_buffers_no_more_than_the_first_frame_cap() -> None:
+    """Anyone may open a channel; a first frame as long as the cap on every frame (tens of MiB) was
+    buffered whole before its tag could show it came from no peer."""
+
+    async def scenario() -> None:
+        delivered: list[list[Message]] = []
+        inbound, transport = _inbound(delivered, max_payload=4 * FIRST_FRAME_CAP)
+        writer = ch.FrameWriter(KEY)
+        head = _frames_of(writer, b"x" * (FIRST_FRAME_CAP + 1))[:12]
+        inbound.data_received(head)  # refused from its head alone
+        assert transport.closed and delivered == []
+
+        inbound, transport = _inbound(delivered, max_payload=4 * FIRST_FRAME_CAP)
+        writer = ch.FrameWriter(KEY)
+        batch = [AppendEntries(1, 2, 1, 0, 0, [Entry(1, 1, b"x" * (FIRST_FRAME_CAP + 1))], 0)]
+        proof = _frames_of(writer, msgspec.msgpack.encode([]))  # the dialer's first frame
+        inbound.data_received(proof + _frames_of(writer, msgspec.msgpack.encode(batch)))  # in one read
+        assert not transport.closed and delivered == [batch], "once proven, the channel's own cap"
+        inbound.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_closed_channel_lets_go_of_its_buffer_and_its_timer() -> None:
+    """A closed channel's first-frame timer kept it, and what it had buffered, for 10 s."""
+
+    async def scenario() -> None:
+        inbound, transport = _inbound([])
+        inbound.data_received(_frames(ch.FrameWriter(KEY), 1)[:-5])  # a frame, cut short
+        assert len(inbound._frames._buffer) > 0 and inbound._deadline is not None
+        inbound.close()
+        assert len(inbound._frames._buffer) == 0 and inbound._deadline is None
+        inbound.data_received(b"more")  # whatever still arrives is ignored
+        assert len(inbound._frames._buffer) == 0
+
+    asyncio.run(scenario())
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.written = 0
+        self.closed = False
+
+    def writelines(self, pieces: list[bytes | memoryview]) -> None:
+        self.written += sum(len(piece) for piece in pieces)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_large_frame_gets_time_to_travel_before_its_channel_counts_as_stalled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ACK_SECONDS was the same for every frame: a 56 MiB append to a peer reading 16 MiB/s was
+    never acknowledged in time, so its channel was redialed and the append sent again, forever."""
+
+    async def scenario() -> None:
+        now = [1000.0]
+        monkeypatch.setattr(peer_channel.time, "monotonic", lambda: now[0])
+        out = Outbound(asyncio.StreamReader(), FakeWriter(), KEY)  # type: ignore[arg-type]
+        out.send([b"x" * 100])
+        now[0] += ACK_SECONDS + 0.5
+        assert not out.is_open, "a small frame unacknowledged this long: the path is gone"
+        out = Outbound(asyncio.StreamReader(), FakeWriter(), KEY)  # type: ignore[arg-type]
+        out.send([memoryview(bytes(48 << 20))])
+        now[0] += ACK_SECONDS + 0.5
+        assert out.is_open, "48 MiB take 3 s at the slowest rate a peer may read"
+        now[0] += 3.0
+        assert not out.is_open
+        out.close()
 
     asyncio.run(scenario())
