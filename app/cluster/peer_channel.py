@@ -112,9 +112,11 @@ class Outbound:
         await asyncio.wait_for(self._writer.drain(), timeout)
 
     def close(self) -> None:
+        """Drops the connection with whatever it has not sent yet: frames the dialer gave up on must
+        not arrive after those of its next channel (Raft sends again what was not acknowledged)."""
         self._closed = True
         self._watch.cancel()
-        self._writer.close()
+        self._writer.transport.abort()
 
     async def _read_acks(self, reader: asyncio.StreamReader) -> None:
         """Takes the peer's acknowledgements until the connection ends (or one is forged)."""

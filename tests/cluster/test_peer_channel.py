@@ -154,7 +154,11 @@ def test_a_closed_channel_lets_go_of_its_buffer_and_its_timer() -> None:
 class FakeWriter:
     def __init__(self) -> None:
         self.written = 0
-        self.closed = False
+        self.closed = self.aborted = False
+        self.transport = self
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
 
     def writelines(self, pieces: list[bytes | memoryview]) -> None:
         self.written += sum(len(piece) for piece in pieces)
@@ -186,5 +190,19 @@ def test_a_large_frame_gets_time_to_travel_before_its_channel_counts_as_stalled(
         now[0] += 3.0
         assert not out.is_open
         out.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_channel_given_up_on_drops_what_it_has_not_sent() -> None:
+    """Closed gracefully, a connection the dialer gave up on kept sending its buffered frames, which
+    could then arrive after the first frames of the channel dialed in its place."""
+
+    async def scenario() -> None:
+        writer = FakeWriter()
+        out = Outbound(asyncio.StreamReader(), writer, KEY)  # type: ignore[arg-type]
+        out.send([b"frame"])
+        out.close()
+        assert writer.aborted and not out.is_open
 
     asyncio.run(scenario())
