@@ -57,10 +57,10 @@ log = logging.getLogger("rill.transport")
 PATH = RAFT_PATH
 CHANNEL_PATH = RAFT_PATH  # a GET with `Upgrade: rill-raft-1` on the same path opens a channel
 HTTP_FALLBACK_SECONDS = 30.0
-# Channels not yet proven by a first frame: from one client address, this many wait (its oldest makes
-# room for a new one), and this many in all (past that a new one is refused: the peer sends by HTTP).
-# So whoever asks without the secret holds at most MAX_UNPROVEN first frames' caps of memory, and can
-# displace only what came from its own address.
+# Channels not yet proven by a first frame: from one client address in one peer's name, this many
+# wait (the oldest makes room for a new one), and this many in all (past that a new one is refused:
+# the peer sends by HTTP). So whoever asks without the secret holds at most MAX_UNPROVEN first
+# frames' caps of memory, and displaces only what came from its own address in the same name.
 MAX_UNPROVEN_PER_ADDRESS = 2
 MAX_UNPROVEN = 8
 # Channels in a row the peer accepted but that ended before it acknowledged anything (displaced by
@@ -337,7 +337,10 @@ class Transport:
         if out is None or not out.is_open:
             if out is not None:
                 out.close()
-                if not out.acknowledged and self._dial_failed(peer, "it ended before the peer acknowledged it"):
+                del self._outbound[peer]  # counted once, here
+                if out.acknowledged:
+                    self._failed_dials[peer] = 0
+                elif self._dial_failed(peer, "it ended before the peer acknowledged it"):
                     return False
             try:
                 out = await Outbound.open(
@@ -381,13 +384,13 @@ class Transport:
         node takes none from it.
 
         Anyone can ask in the peer's name; only its first frame proves the secret. So asking costs
-        only other unproven channels from the same address their place (MAX_UNPROVEN_PER_ADDRESS
-        wait, each for at most FIRST_FRAME_SECONDS, and MAX_UNPROVEN in all), and a proven channel
-        replaces only the peer's channels accepted before it."""
+        only other unproven channels from the same address in the same name their place
+        (MAX_UNPROVEN_PER_ADDRESS wait, each for at most FIRST_FRAME_SECONDS, and MAX_UNPROVEN in
+        all), and a proven channel replaces only the peer's channels accepted before it."""
         if not self.channels or not self.secret or hello.dst != self.node_id or hello.src not in self.peers:
             return None
         unproven = [i for held in self._inbound.values() for i in held if not i.frames and not i.closed]
-        mine = [i for i in unproven if i.client == client]
+        mine = sorted((i for i in unproven if i.client == client and i.peer == hello.src), key=lambda i: i.accepted)
         if len(mine) >= MAX_UNPROVEN_PER_ADDRESS:
             mine[0].close()
         elif len(unproven) >= MAX_UNPROVEN:

@@ -23,7 +23,7 @@ from app.state_machine.records import SegmentInfo, StreamMeta
 from app.tiering import pack as packs
 from app.tiering import segment as seg
 from app.tiering.proposer import Proposer, TieringConfig
-from app.tiering.store import ObjectStore, sha256_hex
+from app.tiering.store import ObjectStore, sha256_hex, stops_a_pass
 
 log = logging.getLogger("rill.tiering")
 
@@ -194,8 +194,14 @@ class Packer:
                     merged(meta)
                     while await self._merge_one(meta, directory_of(meta)):
                         pass
+            except Exception as exc:
+                if stops_a_pass(exc):
+                    self._merge_due.update(due[n:])  # an outage: what the pass did not finish waits
+                    raise
+                assert meta is not None
+                log.warning("merging %r/%r failed, until its next small segment: %s", meta.bucket, meta.name, exc)
             except BaseException:
-                self._merge_due.update(due[n:])  # the pass stopped (an outage): what it did not finish waits
+                self._merge_due.update(due[n:])
                 raise
             self._small.pop(sid, None)
 

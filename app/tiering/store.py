@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import unquote, urlsplit
 
+from app.domain.errors import ProtocolError
+
 
 class StoreUnavailable(Exception):
     """The object store could not be reached or refused the request; retry later."""
@@ -27,6 +29,12 @@ class StoreUnavailable(Exception):
 
 class KeyRejected(StoreUnavailable):
     """The store refused this one key; others may be fine (an outage is a plain StoreUnavailable)."""
+
+
+def stops_a_pass(exc: BaseException) -> bool:
+    """Whether a failure of one stream's store work is everyone's (the store is down, or leadership
+    changed), so the pass waits; any other failure sets only that stream aside."""
+    return isinstance(exc, StoreUnavailable) and not isinstance(exc, KeyRejected) or isinstance(exc, ProtocolError)
 
 
 # Errors about one path, not the whole directory (ENOSPC, EIO, EROFS... are about all of it).

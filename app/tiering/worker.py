@@ -36,12 +36,13 @@ from app.tiering.backoff import Backoff
 from app.tiering.packing import Packer
 from app.tiering.proposer import Proposer, TieringConfig
 from app.tiering.retention import RetentionSchedule, retention_target
-from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256_hex
+from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256_hex, stops_a_pass
 
 log = logging.getLogger("rill.tiering")
 
 DELETION_QUEUE_CAP = 100_000  # what `deletion_queue` counts up to
 YIELD_EVERY = 1000  # streams looked at between two turns of the loop, where a pass visits them all
+RETENTION_RETRY_MS = 60_000  # a stream whose retention could not be worked out is looked at again after this
 
 
 class TieringWorker:
@@ -144,9 +145,8 @@ class TieringWorker:
         try:
             await work(meta)
         except Exception as exc:
-            outage = isinstance(exc, StoreUnavailable) and not isinstance(exc, KeyRejected)
-            if outage or isinstance(exc, ProtocolError):
-                raise  # the store is down or leadership changed: the whole pass waits
+            if stops_a_pass(exc):
+                raise
             if not isinstance(exc, KeyRejected):
                 log.exception("tiering %r/%r failed", meta.bucket, meta.name)
             error = str(exc) or type(exc).__name__
@@ -199,7 +199,12 @@ class TieringWorker:
                 meta = streams.get(sid)
                 if meta is None or meta.deleted:
                     continue
-                target = retention_target(self.machine, meta, now)
+                try:
+                    target = retention_target(self.machine, meta, now)
+                except Exception:  # this stream's records (a damaged one): the others go on
+                    log.exception("retention of %r/%r failed", meta.bucket, meta.name)
+                    self.retention.again(sid, now + RETENTION_RETRY_MS)
+                    continue
                 if target is not None:
                     await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
                 self.retention.checked(meta, now)

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from app.cluster import channel as ch
-from app.cluster.peer_channel import Inbound
+from app.cluster.peer_channel import Inbound, Outbound
 from app.cluster.transport import MAX_FAILED_DIALS, MAX_UNPROVEN, Transport
 from app.raft.messages import RequestVote
 
@@ -117,9 +117,11 @@ class _Socket(asyncio.Transport):
         pass
 
 
-def _accepting(transport: Transport) -> tuple[Callable[[str], tuple[Inbound, _Socket]], Callable[[Inbound], None]]:
-    def accept(client: str) -> tuple[Inbound, _Socket]:
-        accepted = transport.accept_channel(ch.hello(2, 1), lambda _: None, 1 << 20, client)
+def _accepting(
+    transport: Transport,
+) -> tuple[Callable[..., tuple[Inbound, _Socket]], Callable[[Inbound], None]]:
+    def accept(client: str, src: int = 2) -> tuple[Inbound, _Socket]:
+        accepted = transport.accept_channel(ch.hello(src, 1), lambda _: None, 1 << 20, client)
         assert accepted is not None
         inbound, socket = accepted[1], _Socket()
         inbound.connection_made(socket)
@@ -159,11 +161,12 @@ def test_a_flood_of_unproven_channels_displaces_only_its_own_and_is_capped() -> 
     between its 101 and its first frame, so it never got one (and never fell back to HTTP)."""
 
     async def run() -> None:
-        transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
+        transport = Transport(1, {2: "http://127.0.0.1:1", 3: "http://127.0.0.1:2"}, SECRET, channels=True)
         accept, prove = _accepting(transport)
         real, real_socket = accept("10.0.0.2")  # its first frame is on the way
-        flood = [accept(f"10.0.1.{i % 3}") for i in range(30)]
-        assert not real_socket.closed, "the flood from other addresses left it alone"
+        flood = [accept(f"10.0.1.{i % 2}") for i in range(30)]
+        flood += [accept("10.0.0.2", src=3) for i in range(30)]  # its own address, another peer's name
+        assert not real_socket.closed, "the flood left it alone"
         assert sum(not socket.closed for _, socket in flood) <= MAX_UNPROVEN
         for i in range(MAX_UNPROVEN):  # every slot taken: a new address is refused, and falls back to HTTP
             if transport.accept_channel(ch.hello(2, 1), lambda _: None, 1 << 20, f"10.0.2.{i}") is None:
@@ -194,11 +197,57 @@ def test_a_channel_proven_after_a_newer_one_is_the_one_closed() -> None:
     asyncio.run(run())
 
 
-def test_channels_that_never_carry_anything_send_the_peer_to_http() -> None:
+class _Channel:
+    """An Outbound as the sender sees it: open until it dies, acknowledged or not."""
+
+    def __init__(self, acknowledged: bool) -> None:
+        self.acknowledged, self.is_open = acknowledged, True
+
+    def close(self) -> None:
+        self.is_open = False
+
+    def send(self, pieces: object) -> None:
+        pass
+
+    async def drain(self, timeout: float) -> None:
+        pass
+
+
+def test_only_accepted_channels_in_a_row_that_never_carried_anything_send_the_peer_to_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A flood of upgrades in a peer's name could keep displacing its channel before its first frame,
+    and the dialer redialed forever. A channel that carried something resets the count, a peer that
+    cannot be reached is not counted, and a dead channel counts once."""
+
+    assert MAX_FAILED_DIALS == 3  # what the sequence below is written for
+
     async def run() -> None:
         transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
-        assert not any(transport._dial_failed(2, "cut short") for _ in range(MAX_FAILED_DIALS - 1))
-        assert transport._dial_failed(2, "cut short")
+        dials: list[bool | None] = []  # per dial: acknowledged later or not; None: the dial fails
+
+        async def dial(*args: object) -> _Channel:
+            acknowledged = dials.pop(0)
+            if acknowledged is None:
+                raise OSError("connection refused")
+            return _Channel(acknowledged)
+
+        monkeypatch.setattr(Outbound, "open", dial)
+
+        async def send_after_a_death(acknowledged: bool | None) -> bool:
+            out = transport._outbound.get(2)
+            if out is not None:
+                out.close()
+            dials.append(acknowledged)
+            return await transport._send_on_channel(2, [b"batch"], 5)
+
+        assert await send_after_a_death(False)
+        assert await send_after_a_death(True) and transport._failed_dials[2] == 1  # the first one counted
+        assert await send_after_a_death(False) and transport._failed_dials[2] == 0  # it carried something
+        assert await send_after_a_death(False) and await send_after_a_death(None)
+        assert transport._failed_dials[2] == 2 and 2 not in transport._outbound  # the refused dial: not counted
+        assert await send_after_a_death(False) and transport._failed_dials[2] == 2  # nothing was there to count
+        assert not await send_after_a_death(False), "the third in a row: HTTP"
         assert transport._http_until[2] > 0 and transport._failed_dials[2] == 0
         await transport.close()
 

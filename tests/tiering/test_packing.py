@@ -19,7 +19,7 @@ from app.tiering import segment as seg
 from app.tiering.cache import SegmentCache
 from app.tiering.keys import stream_component
 from app.tiering.segment import Record
-from app.tiering.store import FileStore, StoreUnavailable
+from app.tiering.store import FileStore, KeyRejected, StoreUnavailable
 from app.tiering.worker import TieringConfig, TieringWorker
 from tests.state_machine.helpers import OCTET, T0, B, H
 from tests.tiering.test_worker_isolation import Harness, Node
@@ -214,6 +214,25 @@ def test_a_merge_pass_an_outage_stops_leaves_no_stream_unmerged(tmp_path: Path, 
         (merged,) = p.segments(name)
         assert not merged.packed and merged.records == 4
     assert p.read("other") == b"other-0;other-1;other-2;other-3;"
+
+
+def test_a_stream_whose_merge_keeps_failing_does_not_stop_the_others_or_the_pass(tmp_path: Path) -> None:
+    p = Packing(tmp_path, merge_min_segments=4, local_disk_budget=1 << 30)
+    real = p.worker.packer.upload
+
+    def refuse_trickle(segment: SegmentInfo, data: bytes | memoryview) -> None:
+        if segment.records > 1 and "trickle" in segment.key:
+            raise KeyRejected("this key is refused")
+        real(segment, data)
+
+    p.worker.packer.upload = refuse_trickle
+    for round_ in range(4):
+        for name in ("trickle", "other"):
+            p.write(name, f"{name}-{round_};".encode())
+        p.run()  # never raises: the refusal is about one stream's key
+    (merged,) = p.segments("other")
+    assert not merged.packed and merged.records == 4
+    assert len(p.segments("trickle")) == 4 and p.read("trickle") == b"trickle-0;trickle-1;trickle-2;trickle-3;"
 
 
 @pytest.mark.parametrize("fail_at", [0, 2])

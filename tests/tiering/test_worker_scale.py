@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from app.domain.errors import ProtocolError
 from app.state_machine.commands import Code, Retain
 from app.tiering import keys
 from app.tiering import pack as packs
@@ -109,7 +110,7 @@ def test_retention_looks_at_a_stream_when_it_is_written_or_its_max_age_check_is_
     assert "aged" in looked and t.h.meta("aged").earliest == 3
 
 
-def test_a_retention_pass_that_fails_on_a_stream_looks_at_it_and_the_rest_next_time(
+def test_a_stream_whose_retention_cannot_be_worked_out_is_set_aside_not_the_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     t = Harness(tmp_path / "cold")
@@ -122,15 +123,38 @@ def test_a_retention_pass_that_fails_on_a_stream_looks_at_it_and_the_rest_next_t
     def failing_once(machine: Any, meta: Any, now: int) -> int | None:
         if not failed:
             failed.append(meta.name)
-            raise OSError("the state store could not be read")
+            raise OSError("a damaged record")
         return retention_target(machine, meta, now)
 
     monkeypatch.setattr(worker_module, "retention_target", failing_once)
-    with pytest.raises(OSError):
-        t.run()  # the term's first pass: it stops at the first stream
+    t.run()  # the term's first pass: "a" fails alone, and the pass goes on (manifests, eviction...)
+    assert failed == ["a"] and [t.h.meta(n).earliest for n in ("a", "b", "c")] == [0, 4, 4]
+    assert t.pending("b") == 0
+    t.node.advance(worker_module.RETENTION_RETRY_MS / 1000 + 0.1)
+    t.run()  # nothing written since: "a" is looked at again all the same
+    assert t.h.meta("a").earliest == 4
+
+
+def test_a_retention_pass_stopped_while_proposing_looks_at_the_rest_next_time(tmp_path: Path) -> None:
+    t = Harness(tmp_path / "cold")
+    for name in ("a", "b", "c"):
+        t.h.create(name, OCTET, retention_bytes=6)
+        t.write(name, b"0123")
+        t.write(name, b"4567")
+    submit, refused = t.node.submit, []
+
+    async def not_leader_once(command: Any) -> Any:
+        if isinstance(command, Retain) and not refused:
+            refused.append(command.stream)
+            raise ProtocolError(503, "not_leader", "leadership changed")
+        return await submit(command)
+
+    t.node.submit = not_leader_once  # type: ignore[method-assign]
+    with pytest.raises(ProtocolError):
+        t.run()
     t.node.advance(0.1)
-    t.run()  # nothing written since: the streams it did not finish are looked at all the same
-    assert failed == ["a"] and [t.h.meta(n).earliest for n in ("a", "b", "c")] == [4, 4, 4]
+    t.run()  # nothing written since: the streams it did not reach are looked at all the same
+    assert refused == ["a"] and [t.h.meta(n).earliest for n in ("a", "b", "c")] == [4, 4, 4]
 
 
 def test_the_owners_of_hashed_directories_are_kept_up_to_date_not_rebuilt_each_pass(tmp_path: Path) -> None:
