@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -167,8 +168,11 @@ async def _backup(state: StateMachine, clock: Clock, root: Path, label: str) -> 
     store = FileStore(root / f"backups-{label}")
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
-    backups = StateBackups(Leading(state, clock), 1, store, state_store, BackupConfig())
-    taking = backups.write_once() if label == "child" else _on_a_thread(state, state_store, store, clock())
+    taking: Coroutine[Any, Any, object]
+    if label == "child":
+        taking = StateBackups(Leading(state, clock), 1, store, state_store, BackupConfig()).write_once()
+    else:
+        taking = _on_a_thread(state, state_store, store, clock())
     written: asyncio.Future[object] = asyncio.ensure_future(taking)
     lags = []
     while not written.done():

@@ -165,6 +165,8 @@ class Inbound(asyncio.Protocol):
         deliver: Callable[[list[Message]], None],
         on_close: Callable[[Inbound], None],
         on_proven: Callable[[Inbound], None],
+        client: str = "",
+        accepted: int = 0,
     ) -> None:
         self.peer = peer
         self.node_id = node_id
@@ -177,8 +179,8 @@ class Inbound(asyncio.Protocol):
         self.closed = False
         self._ack_due = False
         self._deadline: asyncio.TimerHandle | None = None
-        self.client = ""  # the address it came from
-        self.accepted = 0  # its place in the order the node accepted channels in
+        self.client = client  # the address it came from
+        self.accepted = accepted  # its place in the order the node accepted channels in
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport

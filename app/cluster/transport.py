@@ -399,8 +399,10 @@ class Transport:
         answer, key = welcome(self.secret, hello)
         held = self._inbound.setdefault(hello.src, [])
         held[:] = [i for i in held if not i.closed]
-        inbound = Inbound(key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed, self._proven)
-        inbound.client, inbound.accepted = client, next(self._accepted)
+        inbound = Inbound(
+            key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed, self._proven,
+            client, next(self._accepted),
+        )  # fmt: skip
         held.append(inbound)
         return welcome_head(answer), inbound
 

@@ -194,15 +194,11 @@ class Packer:
                     merged(meta)
                     while await self._merge_one(meta, directory_of(meta)):
                         pass
-            except Exception as exc:
-                if stops_a_pass(exc):
-                    self._merge_due.update(due[n:])  # an outage: what the pass did not finish waits
+            except BaseException as exc:
+                if not isinstance(exc, Exception) or stops_a_pass(exc) or meta is None:
+                    self._merge_due.update(due[n:])  # the pass stopped: what it did not finish waits
                     raise
-                assert meta is not None
                 log.warning("merging %r/%r failed, until its next small segment: %s", meta.bucket, meta.name, exc)
-            except BaseException:
-                self._merge_due.update(due[n:])
-                raise
             self._small.pop(sid, None)
 
     def sealed_small(self, meta: StreamMeta, segment: SegmentInfo) -> None:
