@@ -23,8 +23,10 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
+from app.cluster.driver_errors import MembershipBusy, MembershipRefused, NotLeader, ProposalDropped
 from app.cluster.driver_types import CheckpointLink, Send, StateMachine, Status, Unsaved
 from app.cluster.log_store import LogStore
+from app.cluster.read_waits import ReadWaits
 from app.counters.histogram import Histogram
 from app.raft.core import CHANGE_IN_PROGRESS, RaftCore
 from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
@@ -45,26 +47,6 @@ CHECKPOINT_RETRY_SECONDS = 1.0
 RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores again
 REFUSAL_LOG_SECONDS = 10.0
 READ_RETRY_SECONDS = 0.3  # a ReadIndex unanswered this long is asked again, then after twice as long
-
-
-class NotLeader(Exception):
-    def __init__(self, leader: int) -> None:
-        super().__init__(f"not the leader (leader: {leader or 'unknown'})")
-        self.leader = leader
-
-
-class ProposalDropped(Exception):
-    """The entry was replaced by another leader's before it committed, or its outcome came back
-    inside an installed checkpoint, where it cannot be read; either way the caller retries."""
-
-
-class MembershipRefused(Exception):
-    pass
-
-
-class MembershipBusy(MembershipRefused):
-    """The previous change (or one a new leader inherited) is not applied yet: the same request may
-    go through in a moment."""
 
 
 class RaftNode:
@@ -115,10 +97,7 @@ class RaftNode:
         self._unsaved = Unsaved()  # ready to persist, waiting for the sync in flight
         self._syncing: tuple[asyncio.Future[None], Unsaved] | None = None
         self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
-        self._read_requests: list[asyncio.Future[int]] = []  # asked since the last step: one ReadIndex
-        self._reads: dict[int, list[asyncio.Future[int]]] = {}  # ctx -> the requests it answers
-        self._read_ctx = 0
-        self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._reads = ReadWaits()
         self._sending: set[int] = set()  # peers a checkpoint is streaming to
         # For /metrics: read when scraped, never on the way of a proposal.
         self.fsync = Histogram()
@@ -252,8 +231,7 @@ class RaftNode:
         retry = READ_RETRY_SECONDS
         while True:
             # A ReadIndex or its answer may be lost on the way (Raft does not resend them): ask again.
-            fut: asyncio.Future[int] = loop.create_future()
-            self._read_requests.append(fut)
+            fut = self._reads.request(loop)
             self._wake.set()
             try:
                 index = await asyncio.wait_for(fut, max(0.0, min(retry, deadline - loop.time())))
@@ -263,9 +241,7 @@ class RaftNode:
                     raise
                 retry *= 2
         if self.core.applied < index:
-            applied: asyncio.Future[None] = loop.create_future()
-            self._applied_waiters.append((index, applied))
-            await asyncio.wait_for(applied, max(0.0, deadline - loop.time()))
+            await asyncio.wait_for(self._reads.until_applied(loop, index), max(0.0, deadline - loop.time()))
 
     def note_refused(self, peer: int, reason: str) -> None:
         """Counts a refused peer message (app/raft/validate.py), and logs it at most every 10 s per peer and kind."""
@@ -333,8 +309,8 @@ class RaftNode:
                 self._waiters[index] = (self.core.term, fut)
                 if decoded is not None:
                     self._proposed[index] = (data, decoded)
-        if self._read_requests:
-            self._ask_read_index()
+        if self._reads.requests:
+            self._reads.ask(self.core.read_index)
         while True:
             rd = self.core.ready()
             # A leader's AppendEntries may go out before its own sync (its entries count toward the
@@ -355,7 +331,7 @@ class RaftNode:
             for peer in rd.checkpoints:
                 self._send_checkpoint(peer)
             for ctx, index in rd.reads:
-                self._answer_reads(ctx, index)
+                self._reads.answer(ctx, index, self.core.leader)
             for peer, reason in rd.refused:
                 self.note_refused(peer, reason)
             seen = (self.core.term, self.core.leader)
@@ -366,28 +342,6 @@ class RaftNode:
             self._start_sync()
             if not rd and not synced:
                 return
-
-    def _ask_read_index(self) -> None:
-        requests, self._read_requests = self._read_requests, []
-        self._read_ctx += 1
-        if self.core.read_index(self._read_ctx):
-            self._reads[self._read_ctx] = requests
-            # Requests whose answer was lost time out; forget them.
-            for ctx in [c for c, futs in self._reads.items() if all(f.done() for f in futs)]:
-                del self._reads[ctx]
-        else:
-            for fut in requests:
-                if not fut.done():
-                    fut.set_exception(NotLeader(0))
-
-    def _answer_reads(self, ctx: int, index: int) -> None:
-        for fut in self._reads.pop(ctx, []):
-            if fut.done():
-                continue
-            if index:
-                fut.set_result(index)
-            else:
-                fut.set_exception(NotLeader(self.core.leader))
 
     async def _install_when_idle(self) -> bool:
         """Installs a staged checkpoint once nothing is being persisted; False while it must wait."""
@@ -492,12 +446,7 @@ class RaftNode:
             else:
                 fut.set_exception(ProposalDropped())
         self.core.on_applied(entries[-1].index)
-        if self._applied_waiters:
-            applied = self.core.applied
-            for upto, ready in self._applied_waiters:
-                if upto <= applied and not ready.done():
-                    ready.set_result(None)
-            self._applied_waiters = [(i, w) for i, w in self._applied_waiters if not w.done()]
+        self._reads.applied(self.core.applied)
         if self.machine.membership is not membership:
             self._membership_changed()
         self._applied_bytes += sum(len(e.data) for e in entries)
@@ -573,11 +522,8 @@ class RaftNode:
         for fut in [*(f for _, f, _ in self._pending), *unsynced]:
             if not fut.done():
                 fut.set_exception(_disk_full())
-        reads: list[asyncio.Future[Any]] = [*self._read_requests, *(f for fs in self._reads.values() for f in fs)]
-        for read in reads + [ready for _, ready in self._applied_waiters]:
-            if not read.done():
-                read.set_exception(NotLeader(0))
-        self._pending, self._read_requests, self._reads, self._applied_waiters = [], [], {}, []
+        self._reads.fail()
+        self._pending = []
 
 
 def _disk_full() -> Exception:

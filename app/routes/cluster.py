@@ -22,7 +22,8 @@ from starlette.types import Receive, Scope, Send
 
 from app.cluster import channel
 from app.cluster.checkpoints import decode_chunk
-from app.cluster.driver import MembershipBusy, MembershipRefused, NotLeader, ProposalDropped, RaftNode
+from app.cluster.driver import RaftNode
+from app.cluster.driver_errors import MembershipBusy, MembershipRefused, NotLeader, ProposalDropped
 from app.cluster.transport import AUTH_HEADER, REPLIES_HEADER, Signature, Transport, Verifier, message_cap
 from app.cluster.transport import decode as decode_messages
 from app.domain.errors import ProtocolError

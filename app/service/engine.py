@@ -12,7 +12,8 @@ import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, Protocol, cast
 
-from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
+from app.cluster.driver import RaftNode
+from app.cluster.driver_errors import NotLeader, ProposalDropped
 from app.counters.counts import WriteCounters
 from app.domain.errors import LeaderOnly, ProtocolError, missing_bucket, missing_stream
 from app.raft.messages import Membership

@@ -8,7 +8,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from app.cluster.driver import NotLeader, ProposalDropped, RaftNode
+from app.cluster.driver import RaftNode
+from app.cluster.driver_errors import NotLeader, ProposalDropped
 from app.state_machine.commands import Append, Code, CreateStream, Outcome, Producer, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET
 from tests.simulation.driver.checks import check_read

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.cluster.driver import NotLeader, ProposalDropped
+from app.cluster.driver_errors import NotLeader, ProposalDropped
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import (
     Ack,

@@ -8,7 +8,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from app.cluster.driver import MembershipRefused, NotLeader, ProposalDropped, RaftNode
+from app.cluster.driver import RaftNode
+from app.cluster.driver_errors import MembershipRefused, NotLeader, ProposalDropped
 from app.raft.messages import Membership
 from tests.simulation.driver.config import JOIN_AT
 from tests.simulation.driver.process import Member, Unavailable, call

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from app.cluster.driver import NotLeader, ProposalDropped
+from app.cluster.driver_errors import NotLeader, ProposalDropped
 from app.domain.errors import ProtocolError
 from app.state_machine.commands import Command, Outcome, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
