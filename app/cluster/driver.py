@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -97,7 +98,8 @@ class RaftNode:
         self._unsaved = Unsaved()  # ready to persist, waiting for the sync in flight
         self._syncing: tuple[asyncio.Future[None], Unsaved] | None = None
         self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
-        self._reads = ReadWaits()
+        # A ReadIndex answer meant for an earlier run of this node must not answer this one's reads.
+        self._reads = ReadWaits(first_ctx=random.Random(self._seed).getrandbits(48))
         self._sending: set[int] = set()  # peers a checkpoint is streaming to
         # For /metrics: read when scraped, never on the way of a proposal.
         self.fsync = Histogram()
@@ -182,7 +184,7 @@ class RaftNode:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for _, fut in self._waiters.values():
+        for fut in [*(fut for _, fut in self._waiters.values()), *(fut for _, fut, _ in self._pending)]:
             if not fut.done():
                 fut.set_exception(ProposalDropped())
         for *_, install in self._installs:
@@ -220,7 +222,7 @@ class RaftNode:
         index = self.core.propose_membership(new, encode(new))
         assert index is not None
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiters[index] = (self.core.term, fut)
+        self._wait(index, fut)
         self._wake.set()
         await fut
 
@@ -264,10 +266,14 @@ class RaftNode:
         return await fut
 
     def receive(self, msg: Message) -> None:
+        if self._full:
+            return  # dropped when the node starts over anyway, and Raft sends again
         self._inbox.append(msg)
         self._wake.set()
 
     def receive_all(self, messages: list[Message]) -> None:
+        if self._full:
+            return
         self._inbox.extend(messages)
         self._wake.set()
 
@@ -303,10 +309,10 @@ class RaftNode:
             if fut.done():
                 continue  # the caller gave up (cancelled) before its proposal was taken
             index = self.core.propose(data)
-            if index is None:
-                fut.set_exception(NotLeader(self.core.leader))
+            if index is None:  # a leader handing over says it does not know who leads next
+                fut.set_exception(NotLeader(0 if self.core.leader == self.id else self.core.leader))
             else:
-                self._waiters[index] = (self.core.term, fut)
+                self._wait(index, fut)
                 if decoded is not None:
                     self._proposed[index] = (data, decoded)
         if self._reads.requests:
@@ -354,8 +360,12 @@ class RaftNode:
         if self.checkpoints is None or not self.core.can_install_checkpoint(term, index):
             fut.set_result(False)
             return True
-        self.checkpoints.install()
-        self.log_store.restore(index, index_term)
+        try:
+            self.checkpoints.install()
+            self.log_store.restore(index, index_term)
+        except BaseException:
+            fut.set_result(False)  # its sender hears it was not installed; this driver stops or starts over
+            raise
         membership = self.machine.membership or Membership(dict.fromkeys(self.core.voters, ""))
         self.core.install_checkpoint(term, leader, index, index_term, membership)
         # A proposal this node made at or below `index` came back inside the checkpoint, where its
@@ -364,6 +374,8 @@ class RaftNode:
             waiter = self._waiters.pop(i)[1]
             if not waiter.done():
                 waiter.set_exception(ProposalDropped())
+        self._proposed = {i: mine for i, mine in self._proposed.items() if i > index}
+        self._reads.applied(self.core.applied)
         self._last_compacted, self._applied_bytes = index, 0
         self._membership_changed()
         self.checkpoint_installs += 1
@@ -432,8 +444,6 @@ class RaftNode:
         membership = self.machine.membership
         with out_of_space():
             results = self.machine.apply(entries, self._decoded(entries))
-        if self.core.applied >= self.core.commit:
-            self.caught_up_at = time.monotonic()
         for entry, result in zip(entries, results, strict=True):
             waiter = self._waiters.pop(entry.index, None)
             if waiter is None:
@@ -446,6 +456,8 @@ class RaftNode:
             else:
                 fut.set_exception(ProposalDropped())
         self.core.on_applied(entries[-1].index)
+        if self.core.applied >= self.core.commit:
+            self.caught_up_at = time.monotonic()
         self._reads.applied(self.core.applied)
         if self.machine.membership is not membership:
             self._membership_changed()
@@ -487,12 +499,16 @@ class RaftNode:
             with contextlib.suppress(OutOfSpace):
                 await self._finish_sync()
         await asyncio.get_running_loop().run_in_executor(self._persister, lambda: None)  # queued compactions
-        self._fail_waiting(synced=self.core.log.stable)
+        synced = self.core.log.stable
+        self._fail_waiting(synced)
         self.machine.reload(self.machine.kv)
         stores = [self.log_store.kv, self.machine.kv]
         while not all([kv.recover() for kv in stores]):  # a list: every store gets its try
             await asyncio.sleep(RECOVER_SECONDS)
-        self.log_store = LogStore(self.log_store.kv)  # its idea of the last index may include the failed write
+        # A write whose sync failed may be in the store all the same: its proposals were answered
+        # "not acknowledged", so it must not come back as synced when the log is loaded again.
+        self.log_store.drop_after(synced)
+        self.log_store = LogStore(self.log_store.kv)
         membership = self.machine.membership
         voters = sorted(membership.voters) if membership else self.core.voters
         learners = sorted(membership.learners) if membership else self.core.learners
@@ -504,6 +520,14 @@ class RaftNode:
         self._full = False
         self._wake.set()
         log.info("the stores take writes again")
+
+    def _wait(self, index: int, fut: asyncio.Future[Any]) -> None:
+        """Resolves `fut` when entry `index` applies. A waiter already there is for an entry another
+        leader cut from this node's log before this node led again: that proposal was dropped."""
+        old = self._waiters.get(index)
+        if old is not None and not old[1].done():
+            old[1].set_exception(ProposalDropped())
+        self._waiters[index] = (self.core.term, fut)
 
     def _decoded(self, entries: list[Entry]) -> dict[int, Any]:
         """What this node proposed among `entries`, decoded: the entries that are the very bytes it proposed."""

@@ -86,6 +86,14 @@ class LogStore:
         if not keep_suffix or self.last_index < index:
             self.last_index = index
 
+    def drop_after(self, index: int) -> None:
+        """Drops the entries past `index` (a failed sync's, never acknowledged), synced before returning."""
+        batch = Batch()
+        batch.delete_range(LOG_CF, _key(index + 1), _key(2**64 - 1))
+        self.kv.write(batch)
+        self.kv.sync_wal()
+        self.last_index = max(min(self.last_index, index), self.compacted_index)
+
     def compact(self, index: int, term: int) -> None:
         """Drops entries up to `index`; only once the state machine covering them is durable."""
         if index <= self.compacted_index:

@@ -12,10 +12,10 @@ from app.cluster.driver_errors import NotLeader
 
 
 class ReadWaits:
-    def __init__(self) -> None:
+    def __init__(self, first_ctx: int = 0) -> None:
         self.requests: list[asyncio.Future[int]] = []  # asked since the last step
         self._asked: dict[int, list[asyncio.Future[int]]] = {}  # a ReadIndex's ctx -> the requests it answers
-        self._ctx = 0
+        self._ctx = first_ctx
         self._applying: list[tuple[int, asyncio.Future[None]]] = []  # (index, read) waiting for the apply
 
     def request(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[int]:

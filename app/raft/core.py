@@ -135,7 +135,7 @@ class RaftCore:
                     return
             if self.elapsed >= self.heartbeat_ticks:
                 self.elapsed = 0
-                self.read_only.new_round(self.clock)
+                self.read_only.new_round(self.clock, self.election_ticks)
                 broadcast_append(self)
         elif self.elapsed >= self.timeout and self.id in self.voters:
             self.start_election()
@@ -333,7 +333,7 @@ class RaftCore:
         self.quorum_elapsed = 0
         self.tracker.lead(self.log.last_index() + 1)
         self.read_only.lead()
-        self.read_only.new_round(self.clock)
+        self.read_only.new_round(self.clock, self.election_ticks)
         # A no-op in the new term lets entries from earlier terms commit. Membership changes wait
         # until it is applied: a configuration change from an earlier term may still be in flight.
         self.propose(b"")
@@ -379,8 +379,12 @@ class RaftCore:
             self._become_leader()
 
     def _in_lease(self) -> bool:
-        """A follower that heard from its leader within an election timeout."""
-        return self.check_quorum and self.leader != 0 and self.elapsed < self.election_ticks
+        """A follower that heard from its leader within an election timeout, or that started less
+        than one ago: before a restart it may have confirmed a leader's round, and that leader may
+        still be answering reads from the lease the round gave it."""
+        if not self.check_quorum:
+            return False
+        return (self.leader != 0 and self.elapsed < self.election_ticks) or self.clock < self.election_ticks
 
     def _on_append(self, msg: AppendEntries) -> None:
         if self.role is not Role.FOLLOWER or self.leader != msg.src:

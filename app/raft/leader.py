@@ -32,10 +32,18 @@ def start_transfer(core: CoreState) -> int:
     target = max(candidates, key=lambda peer: (progress[peer].match, -peer))
     core.transferee, core.transfer_elapsed = target, 0
     if progress[target].match == core.log.last_index():
-        core.outbox.append(TimeoutNow(core.term, core.id, target))
+        _timeout_now(core, target)
     else:
         send_append(core, target)
     return target
+
+
+def _timeout_now(core: CoreState, target: int) -> None:
+    """Tells `target` to campaign at once. Its voters grant a transfer's votes whatever lease they
+    keep, so no round this leader confirmed before now proves it still leads: the lease waits for
+    rounds begun after the target's election is over, won or timed out (two election timeouts)."""
+    core.outbox.append(TimeoutNow(core.term, core.id, target))
+    core.read_only.fence(core.clock + 2 * core.election_ticks)
 
 
 # Replication
@@ -54,7 +62,7 @@ def _on_append_response(core: CoreState, msg: AppendResponse) -> None:
     if progress.acked(msg.match_index, core.log.checkpoint_index):
         maybe_commit(core)
     if msg.src == core.transferee and msg.match_index == core.log.last_index():
-        core.outbox.append(TimeoutNow(core.term, core.id, msg.src))
+        _timeout_now(core, msg.src)
     if progress.next <= core.log.last_index() and not progress.checkpointing:
         send_append(core, msg.src)
 
@@ -120,7 +128,7 @@ def serve_read(core: CoreState, ctx: int, requester: int) -> None:
         answer_read(core, ctx, requester, core.commit)
         return
     if core.read_only.needs_round():
-        core.read_only.new_round(core.clock)  # a round that starts after the request
+        core.read_only.new_round(core.clock, core.election_ticks)  # a round that starts after the request
         broadcast_append(core)
     core.read_only.wait(ctx, requester)
 

@@ -20,14 +20,24 @@ class ReadOnly:
         self.round_ticks: dict[int, int] = {}  # round -> clock when it began
         self.acked: dict[int, int] = {}  # voter -> latest round it answered
         self.pending: list[tuple[int, int, int]] = []  # (round, ctx, requester)
+        self.lease_from = 0  # only rounds begun at or after this clock give a lease (see `fence`)
 
     def lead(self) -> None:
         """A new leader counts answers afresh."""
         self.acked, self.round_ticks = {}, {}
 
-    def new_round(self, clock: int) -> None:
+    def new_round(self, clock: int, election_ticks: int) -> None:
         self.round += 1
         self.round_ticks[self.round] = clock
+        # Rounds begun an election timeout ago give no lease any more: forget them (oldest first).
+        while (oldest := next(iter(self.round_ticks))) != self.round:
+            if clock - self.round_ticks[oldest] < election_ticks:
+                break
+            del self.round_ticks[oldest]
+
+    def fence(self, clock: int) -> None:
+        """No lease from a round begun before `clock`: another node may be elected until then."""
+        self.lease_from = max(self.lease_from, clock)
 
     def ack(self, peer: int, round: int) -> bool:
         """Records that `peer` answered `round`; True when that may release waiting reads."""
@@ -42,7 +52,7 @@ class ReadOnly:
 
     def leased(self, tracker: ProgressTracker, clock: int, election_ticks: int) -> bool:
         began = self.round_ticks.get(self.confirmed(tracker), -(10**9))
-        return clock - began < election_ticks - 1
+        return began >= self.lease_from and clock - began < election_ticks - 1
 
     def needs_round(self) -> bool:
         """Whether a read asked now needs a round that starts after it."""

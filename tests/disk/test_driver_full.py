@@ -11,6 +11,7 @@ from app.cluster import driver, log_store
 from app.cluster.driver import RaftNode
 from app.cluster.log_store import LogStore
 from app.domain.errors import ProtocolError
+from app.raft.messages import AppendEntries, Entry
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, Outcome, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
@@ -25,6 +26,7 @@ class FillableKV(MemoryKV):
     def __init__(self, column_families: list[str]) -> None:
         super().__init__(column_families)
         self.full = False
+        self.sync_full = False  # the write goes in, its sync fails: fsync can fail so on a full disk
         self.error: Exception | None = None
 
     def write(self, batch: Batch, sync: bool = False) -> None:
@@ -34,8 +36,13 @@ class FillableKV(MemoryKV):
             raise Exception(ENOSPC)
         super().write(batch, sync)
 
+    def sync_wal(self) -> None:
+        if self.sync_full:
+            raise Exception(ENOSPC)
+        super().sync_wal()
+
     def recover(self) -> bool:
-        return not self.full
+        return not (self.full or self.sync_full)
 
 
 class Node:
@@ -139,5 +146,39 @@ def test_any_other_store_failure_still_stops_the_node() -> None:
         assert n.failed
         proposal.cancel()
         await n.node.stop()  # collects the driver's error
+
+    asyncio.run(scenario())
+
+
+def test_a_write_whose_sync_failed_is_not_applied_after_its_507() -> None:
+    async def scenario() -> None:
+        n = await _started()
+        n.raft_kv.sync_full = True
+        with pytest.raises(ProtocolError) as caught:
+            await n.append(b"lost")  # in the store's memory, never synced
+        assert caught.value.status == 507
+        n.raft_kv.sync_full = False
+        assert (await _until_writable(n, b"c")).code is Code.APPENDED  # the client's retry
+        assert n.content() == b"abc"  # not b"ablostc": the 507 said it was not acknowledged
+        await n.node.stop()
+        assert not n.failed
+
+    asyncio.run(scenario())
+
+
+def test_messages_that_come_while_the_disk_is_full_are_not_kept() -> None:
+    async def scenario() -> None:
+        n = await _started()
+        n.raft_kv.full = True
+        with pytest.raises(ProtocolError):
+            await n.append(b"lost")
+        entry = Entry(5, 10, b"x" * 1000)
+        for _ in range(1000):  # a leader's appends keep coming; Raft sends them again later
+            n.node.receive(AppendEntries(5, 2, 1, 9, 5, [entry], 9))
+            n.node.receive_all([AppendEntries(5, 2, 1, 9, 5, [entry], 9)])
+        assert n.node._inbox == []
+        n.raft_kv.full = False
+        assert (await _until_writable(n, b"c")).code is Code.APPENDED
+        await n.node.stop()
 
     asyncio.run(scenario())

@@ -138,7 +138,12 @@ def settled(sim: Simulation) -> bool:
     assert leader.current is not None
     commit = leader.current.raft.status().commit
     members = members_now(sim)
-    return all(m.current is not None and m.current.raft.status().applied == commit for m in members)
+    if not all(m.current is not None and m.current.raft.status().applied == commit for m in members):
+        return False
+    from tests.simulation.driver.webhooks import delivered_all
+
+    machine = leader.current.raft.machine
+    return delivered_all(sim, {c.stream: machine.lookup(COMPAT_BUCKET, c.stream).tail for c in sim.clients})  # type: ignore[union-attr]
 
 
 def check(sim: Simulation) -> None:

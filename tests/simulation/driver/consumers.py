@@ -71,9 +71,10 @@ def consumed(sim: Simulation) -> bool:
     return all(sub is not None and not rules.pending(table, sub) for sub in subs)
 
 
-async def subscribe(sim: Simulation, command: PutSubscription) -> None:
+async def subscribe(sim: Simulation, command: PutSubscription) -> Outcome:
     while (created := await propose(sim, command)) is None or created[0].code not in (Code.CREATED, Code.EXISTS):
         await sim.sleep(0.05, 0.4)
+    return created[0]
 
 
 async def create_stream(sim: Simulation, name: str) -> None:
@@ -108,7 +109,9 @@ async def patterns(sim: Simulation) -> None:
 async def webhook_subscription(sim: Simulation) -> None:
     from tests.simulation.driver.webhooks import HOOKS, URL
 
-    await subscribe(sim, PutSubscription(*HOOKS, "webhook", "*", [], URL, None, LEASE_MS, None, "http://sim"))
+    made = await subscribe(sim, PutSubscription(*HOOKS, "webhook", "*", [], URL, None, LEASE_MS, None, "http://sim"))
+    # What was written before it was made is not for it (its offsets then, or later ones once it exists).
+    sim.hooked_at = dict(made.subscription.acked) if made.subscription is not None else {}
 
 
 async def consumer(sim: Simulation, worker: str) -> None:

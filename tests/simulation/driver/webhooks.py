@@ -76,12 +76,32 @@ def deliveries(incarnation: Incarnation) -> Deliveries:
     return Deliveries(SimNode(incarnation), post=post, check=check, rng=sim.rng)
 
 
-def check_delivered(sim: Simulation, tails: dict[str, int]) -> None:
-    """Every stream's tail was shown in a delivery the receiver took: each message reached it."""
+def _shown(sim: Simulation) -> dict[str, int]:
+    """Each stream's highest tail a delivery the receiver took showed."""
     shown: dict[str, int] = {}
     for note in sim.delivered:
         for stream in note["streams"]:
             shown[stream["path"]] = max(shown.get(stream["path"], 0), int(stream["tail_offset"][17:]))
-    for stream, tail in tails.items():
-        if tail and shown.get(stream, 0) < tail:
-            raise AssertionError(f"the webhook never got {stream} past {shown.get(stream, 0)} (its tail: {tail})")
+    return shown
+
+
+def _missing(sim: Simulation, tails: dict[str, int]) -> list[tuple[str, int, int]]:
+    """(stream, highest tail shown, tail) of each stream written since the webhook was made whose
+    tail no delivery showed."""
+    shown, since = _shown(sim), sim.hooked_at or {}
+    return [
+        (stream, shown.get(stream, 0), tail)
+        for stream, tail in tails.items()
+        if tail > since.get(stream, 0) and shown.get(stream, 0) < tail
+    ]
+
+
+def delivered_all(sim: Simulation, tails: dict[str, int]) -> bool:
+    return sim.hooked_at is not None and not _missing(sim, tails)
+
+
+def check_delivered(sim: Simulation, tails: dict[str, int]) -> None:
+    """Every stream's tail was shown in a delivery the receiver took: each message reached it."""
+    assert sim.hooked_at is not None, "the webhook subscription was never made"
+    for stream, shown, tail in _missing(sim, tails):
+        raise AssertionError(f"the webhook never got {stream} past {shown} (its tail: {tail})")

@@ -41,6 +41,7 @@ class Simulation:
         self.removed = 0
         self.consumers_done = 0
         self.delivered: list[dict[str, object]] = []  # notifications the webhook receiver took
+        self.hooked_at: dict[str, int] | None = None  # each stream's offset when the webhook was made
         # (subscription key, generation) -> its holder, as any replica applied it
         self.holders: dict[tuple[bytes, int], str] = {}
         self.healing = False
