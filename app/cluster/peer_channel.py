@@ -167,6 +167,7 @@ class Inbound(asyncio.Protocol):
         on_proven: Callable[[Inbound], None],
         client: str = "",
         accepted: int = 0,
+        on_connected: Callable[[Inbound], None] | None = None,
     ) -> None:
         self.peer = peer
         self.node_id = node_id
@@ -181,11 +182,14 @@ class Inbound(asyncio.Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self.client = client  # the address it came from
         self.accepted = accepted  # its place in the order the node accepted channels in
+        self._on_connected = on_connected
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         # Anyone may ask for a channel; only a frame tagged with the session key proves the secret.
         self._deadline = asyncio.get_running_loop().call_later(FIRST_FRAME_SECONDS, self._unproven)
+        if self._on_connected is not None:
+            self._on_connected(self)
 
     def _unproven(self) -> None:
         self._deadline = None
@@ -232,6 +236,8 @@ class Inbound(asyncio.Protocol):
         self._release()
         if self.transport is not None:
             self.transport.close()
+        else:  # never connected: no connection_lost will tell the transport
+            self._on_close(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()

@@ -384,27 +384,36 @@ class Transport:
         node takes none from it.
 
         Anyone can ask in the peer's name; only its first frame proves the secret. So asking costs
-        only other unproven channels from the same address in the same name their place
-        (MAX_UNPROVEN_PER_ADDRESS wait, each for at most FIRST_FRAME_SECONDS, and MAX_UNPROVEN in
-        all), and a proven channel replaces only the peer's channels accepted before it."""
+        only other unproven channels their place once it is connected (`_admitted`), and a proven
+        channel replaces only the peer's channels accepted before it."""
         if not self.channels or not self.secret or hello.dst != self.node_id or hello.src not in self.peers:
-            return None
-        unproven = [i for held in self._inbound.values() for i in held if not i.frames and not i.closed]
-        mine = sorted((i for i in unproven if i.client == client and i.peer == hello.src), key=lambda i: i.accepted)
-        if len(mine) >= MAX_UNPROVEN_PER_ADDRESS:
-            mine[0].close()
-        elif len(unproven) >= MAX_UNPROVEN:
-            log.warning("refused a Raft channel from %s: %d channels wait for their first frame", client, MAX_UNPROVEN)
             return None
         answer, key = welcome(self.secret, hello)
         held = self._inbound.setdefault(hello.src, [])
         held[:] = [i for i in held if not i.closed]
         inbound = Inbound(
             key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed, self._proven,
-            client, next(self._accepted),
+            client, next(self._accepted), on_connected=self._admitted,
         )  # fmt: skip
         held.append(inbound)
         return welcome_head(answer), inbound
+
+    def _admitted(self, inbound: Inbound) -> None:
+        """A channel now connected, not yet proven: the oldest unproven one makes way for it when
+        MAX_UNPROVEN_PER_ADDRESS wait from its address in its peer's name, or MAX_UNPROVEN in all.
+        Nothing is refused, so no one keeps a peer off its channel by holding places: a peer proves
+        its channel within a round trip, and only that many newer dials in the meantime could
+        displace it."""
+        unproven = [i for held in self._inbound.values() for i in held if not i.frames and not i.closed]
+        mine = [i for i in unproven if i.client == inbound.client and i.peer == inbound.peer]
+        if len(mine) > MAX_UNPROVEN_PER_ADDRESS:
+            min(mine, key=lambda i: i.accepted).close()
+        elif len(unproven) > MAX_UNPROVEN:
+            oldest = min(unproven, key=lambda i: i.accepted)
+            log.warning(
+                "closed an unproven Raft channel from %s: %d wait for their first frame", oldest.client, MAX_UNPROVEN
+            )
+            oldest.close()
 
     def _proven(self, inbound: Inbound) -> None:
         """The peer redialed: what it sent before went over its older channels. A channel proven after

@@ -143,7 +143,7 @@ async def raft_channel(engine: Engine, transport: Transport | None, scope: Scope
     hello = channel.parse_hello(call.headers.get(channel.HEADER))
     node = engine.node
     accepted = None
-    if transport is not None and take_over is not None and hello is not None:
+    if transport is not None and take_over is not None and hello is not None and _asks_for_channel(call.headers):
         client = scope.get("client") or ("", 0)
         accepted = transport.accept_channel(hello, node.receive_all, _body_cap(engine.limits), client[0])
     if accepted is None:
@@ -155,7 +155,18 @@ async def raft_channel(engine: Engine, transport: Transport | None, scope: Scope
     except ConnectionError:
         inbound.close()
         return
+    except BaseException:
+        inbound.close()  # else it would hold a place among the unproven channels for good
+        raise
     scope[SWITCHED] = True
+
+
+def _asks_for_channel(headers: Mapping[str, str]) -> bool:
+    """An Upgrade to the channel's protocol, and no body: the bytes after its head are the channel's."""
+    upgrade = headers.get("upgrade", "").strip().lower() == channel.PROTOCOL
+    connection = "upgrade" in (t.strip().lower() for t in headers.get("connection", "").split(","))
+    bodiless = "transfer-encoding" not in headers and headers.get("content-length", "0").strip() == "0"
+    return upgrade and connection and bodiless
 
 
 async def checkpoint_chunk(request: Request) -> Response:

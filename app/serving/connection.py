@@ -148,8 +148,10 @@ class EdgeProtocol(asyncio.Protocol):
         """Hands the connection to `protocol` (an Upgrade the app accepted): `head`, its 101, goes out
         first; this request, and this protocol's limits, timers and per-client slot are done with."""
         transport = self.transport
-        if transport.is_closing():
-            raise ConnectionResetError("the connection closed before it was taken over")
+        if transport.is_closing() or self._done or self.pipeline:
+            # Closing, or already answered (a bad request after this one's head), or more requests
+            # behind it: the bytes that follow are not the new protocol's.
+            raise ConnectionResetError("the connection cannot be taken over")
         if self.cycle is not None:
             self.cycle.response_started = self.cycle.response_complete = True
         self._done = True

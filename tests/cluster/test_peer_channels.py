@@ -1,10 +1,13 @@
 """A real 3-node cluster sending its Raft messages over framed peer channels (the default): no HTTP
 request per batch, reads that stay fast past every idle timeout, a node with channels off sent HTTP
-batches instead, a failover, and a dialer that is not what it says refused."""
+batches instead, a failover, a dialer that is not what it says refused, and requests that are no clean Upgrade."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +140,40 @@ def test_a_dialer_that_is_not_what_it_says_gets_no_channel(cluster: RillCluster)
     with httpx.Client(timeout=10, follow_redirects=True) as client:  # the cluster is unharmed
         leader = cluster.nodes[cluster.wait_for_leader()]
         assert client.put(leader.url + "/v1/stream/after-attacks", headers=TEXT).status_code == 201
+
+
+def _ask_raw(port: int, head: str, body: bytes = b"") -> bytes:
+    """Sends one hand-made request for a channel; what the node answered before it closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head.encode() + b"\r\n" + body)
+        sock.shutdown(socket.SHUT_WR)
+        out = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                out += chunk
+        return out
+
+
+def test_requests_for_a_channel_that_are_not_clean_upgrades_hold_no_place(cluster: RillCluster) -> None:
+    """Requests in a peer's name that cannot become a channel: no Upgrade header, a body, or a body
+    the edge refuses after the head (a bad chunk, which once left a channel that never connected
+    holding a place for good: 8 of them kept every peer off the node's channels)."""
+    node = cluster.nodes[1]
+    for i in range(12):
+        hello = f"x-rill-channel: v1 src={2 + i % 2} dst=1 nonce={secrets.token_hex(16)}\r\n"
+        start = f"GET {CHANNEL_PATH} HTTP/1.1\r\nhost: x\r\n{hello}"
+        upgrade = f"connection: Upgrade\r\nupgrade: {ch.PROTOCOL}\r\n"
+        for head, body in (
+            (start + "transfer-encoding: chunked\r\n", b"ZZZ\r\n"),
+            (start + upgrade + "content-length: 3\r\n", b"abc"),
+            (start, b""),
+        ):
+            answer = _ask_raw(node.port, head, body)
+            assert not answer.startswith(b"HTTP/1.1 101"), (head, answer[:80])
+
+    async def dial() -> None:
+        good = await Outbound.open(node.url, CHANNEL_PATH, None, SECRET, 2, 1, 5)
+        good.close()
+
+    asyncio.run(dial())  # a peer still gets its channel
+    assert "Exception in ASGI application" not in node.log_path.read_text()
