@@ -14,6 +14,7 @@ at most that much plus one event (a read chunk) of memory.
 from __future__ import annotations
 
 import asyncio
+import logging
 from enum import Enum
 from typing import Any, Protocol
 
@@ -25,6 +26,8 @@ from app.protocol.sse_events import PING, control_event, data_event, frame, is_b
 from app.service.engine import Engine
 from app.state_machine.reader import ColdMiss
 from app.state_machine.records import StreamMeta
+
+log = logging.getLogger("rill.fanout")
 
 
 class Release(Enum):
@@ -149,7 +152,13 @@ class Fanout:
         for sid in due:
             feed = self.feeds.pop(sid, None)
             if feed:
-                self._advance(sid, feed)
+                try:
+                    self._advance(sid, feed)
+                except Exception:  # a bug must not leave this stream's readers, or the next streams', waiting
+                    log.exception("the fan-out of stream %d failed: its readers read on their own", sid)
+                    for subs in feed.values():
+                        for sub in subs:
+                            _release(sub, Release.CATCH_UP)
 
     def _advance(self, sid: int, feed: Feed) -> None:
         engine = self.engine

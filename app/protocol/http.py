@@ -6,6 +6,7 @@ ten thousand appends a second they cost more than the append itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -119,3 +120,14 @@ async def send_reply(send: Send, reply: Reply, head_only: bool = False) -> None:
         headers.append((b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if head_only else body})
+
+
+def watch_disconnect(receive: Receive) -> asyncio.Future[None]:
+    """A future done when the client disconnects (the request's body is read and dropped meanwhile);
+    cancel it when the response ends."""
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    return asyncio.ensure_future(disconnected())

@@ -8,7 +8,7 @@ from app.domain.errors import ProtocolError, bad_request
 from app.domain.offsets import format_offset, parse_offset
 from app.protocol.cursor import next_cursor
 from app.protocol.headers import single_query
-from app.protocol.http import Call, Reply
+from app.protocol.http import Call, Reply, watch_disconnect
 from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, etag, metadata_headers, trimmed
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
@@ -101,8 +101,13 @@ def render_body(meta: StreamMeta, chunk: Chunk) -> bytes:
 async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadRequest) -> Reply:
     meta, pos, chunk = await _read(engine, target, read)
     if read.live == "long-poll" and not chunk.payloads and not meta.closed:
-        # Registered before any await, so an append applied meanwhile still wakes us.
-        await engine.signals.wait(meta.sid, live_seconds(engine, read, engine.limits.long_poll_seconds))
+        # Registered before any await, so an append applied meanwhile still wakes us; a client that
+        # leaves ends the wait, so its connection slot is the bound of long-polls held.
+        gone = watch_disconnect(call.receive)
+        try:
+            await engine.signals.wait(meta.sid, live_seconds(engine, read, engine.limits.long_poll_seconds), gone)
+        finally:
+            gone.cancel()  # a reply to a client that left is dropped by the edge
         meta = engine.find(target.bucket, target.name)
         chunk = await engine.read(meta, pos)
     at_tail = chunk.next_pos >= meta.tail

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 
-from starlette.types import Receive, Send
+from starlette.types import Send
 
 from app.domain.errors import ProtocolError
 from app.domain.headers import SECURITY_HEADERS
 from app.protocol.cursor import next_cursor
 from app.protocol.fanout import DirectSink, Fanout, QueueSink, Release, Subscriber
 from app.protocol.headers import parse_uint
-from app.protocol.http import Call
+from app.protocol.http import Call, watch_disconnect
 from app.protocol.reads import ReadRequest, checked_position, live_seconds, render_body
 from app.protocol.sse_events import control_event, data_event, is_binary
 from app.protocol.target import StreamTarget
@@ -43,7 +43,7 @@ async def serve(engine: Engine, hub: Fanout, call: Call, target: StreamTarget, r
     if binary:
         headers.append((b"stream-sse-data-encoding", b"base64"))
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    disconnect = asyncio.ensure_future(_disconnected(call.receive))
+    disconnect = watch_disconnect(call.receive)
     try:
         await _stream(engine, hub, call, target, read, pos, binary, send, disconnect)
     finally:
@@ -139,8 +139,3 @@ def _cursor(engine: Engine, read: ReadRequest) -> str:
 
 async def _send(send: Send, event: bytes) -> None:
     await send({"type": "http.response.body", "body": event, "more_body": True})
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

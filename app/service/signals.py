@@ -15,14 +15,18 @@ class Signals:
         """Calls `listener` with the changed streams after every apply (the SSE fan-out's hook)."""
         self._listeners.append(listener)
 
-    async def wait(self, sid: int, timeout: float) -> bool:
-        """Waits until `sid` changes; False on timeout. Register before any await, right after checking."""
+    async def wait(self, sid: int, timeout: float, gone: asyncio.Future[None] | None = None) -> bool:
+        """Waits until `sid` changes; False on timeout, or once `gone` (the client left) is done.
+        Register before any await, right after checking."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters = self._waiters.setdefault(sid, set())
         waiters.add(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
-            return True
+            if gone is None:
+                await asyncio.wait_for(fut, timeout)
+                return True
+            await asyncio.wait((fut, gone), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            return fut.done()
         except TimeoutError:
             return False
         finally:

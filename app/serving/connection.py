@@ -36,6 +36,7 @@ from uvicorn.server import ServerState
 from app.serving.clients import ClientSlots, client_key
 from app.serving.cycle import EXTENSION, TAKE_OVER, Cycle
 from app.serving.flow import FlowControl
+from app.serving.head import Reject, check_head
 from app.serving.limits import LINGER_SECONDS, EdgeLimits, Warnings
 from app.serving.responses import error_response
 from app.serving.scope import local_addr, remote_addr, request_target, scheme
@@ -46,14 +47,6 @@ _SLACK = 0.005
 # uvicorn's logger names: the log configuration (app/observability/logs.py) and operators know them.
 logger = logging.getLogger("uvicorn.error")
 access_logger = logging.getLogger("uvicorn.access")
-
-
-class _Reject(Exception):
-    """Raised in a parser callback: the request is answered with this error and the connection closed."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 class EdgeProtocol(asyncio.Protocol):
@@ -107,6 +100,8 @@ class EdgeProtocol(asyncio.Protocol):
         self._timer_at = 0.0
         self._phase = _IDLE
         self._done = False  # answered or refused: nothing more reaches the parser
+        self._upgraded = False  # an Upgrade request's head was parsed: nothing after it is
+        self._running: Cycle | None = None  # the request whose response is under way (or was last)
         self._idle_since = 0.0
         # The read being parsed: its size, and whether it started between two requests.
         self._feed_len = 0
@@ -169,11 +164,12 @@ class EdgeProtocol(asyncio.Protocol):
         if self._client is not None:
             self.clients.give(self._client)
             self._client = None
-        cycle = self.cycle
-        if cycle is not None:
-            if not cycle.response_complete:
-                cycle.disconnected = True
-            cycle.wake()
+        # The response under way and the request parsed last (queued behind it when pipelined).
+        for cycle in (self._running, self.cycle):
+            if cycle is not None:
+                if not cycle.response_complete:
+                    cycle.disconnected = True
+                cycle.wake()
         if self.flow is not None:
             self.flow.resume_writing()
         if exc is None:
@@ -181,7 +177,9 @@ class EdgeProtocol(asyncio.Protocol):
         self.parser = None  # type: ignore[assignment]  # the parser holds this protocol: break the cycle
 
     def eof_received(self) -> None:
-        """The client half-closed: the transport closes (once what is written has gone out)."""
+        """The client half-closed: the transport closes (once what is written has gone out). A
+        client that closes sends the same FIN as one that only stops writing, and a long-poll or SSE
+        reader that left must not be held until it times out."""
 
     def pause_writing(self) -> None:  # the transport's buffer passed its high-water mark
         if self.flow is not None:
@@ -201,8 +199,8 @@ class EdgeProtocol(asyncio.Protocol):
             cycle.keep_alive = False
 
     def data_received(self, data: bytes) -> None:
-        if self._done:
-            return  # answered: what the client still sends is drained and dropped
+        if self._done or self._upgraded:
+            return  # answered, or after an Upgrade's head: what the client still sends is drained and dropped
         self._feed_len = len(data)
         self._feed_fresh = self._phase == _IDLE
         body_before = self._body_bytes
@@ -210,7 +208,7 @@ class EdgeProtocol(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             reason = exc.__context__
-            if isinstance(reason, _Reject):
+            if isinstance(reason, Reject):
                 self._fail(reason.status, reason.code, reason.message)
             else:
                 logger.warning("Invalid HTTP request received.")
@@ -218,7 +216,9 @@ class EdgeProtocol(asyncio.Protocol):
                 self._fail(400, "bad_request", "invalid HTTP request" + detail)
             return
         except httptools.HttpParserUpgrade:
-            return  # served with ws="none": an Upgrade request is answered as plain HTTP
+            # Served with ws="none": an Upgrade request (bodiless: see on_headers_complete) is answered
+            # as plain HTTP, then the connection closes; nothing after its head is parsed.
+            self._upgraded = True
         limit = self.limits.max_header_bytes
         if self._phase == _HEAD:
             self._head_bytes += len(data)
@@ -274,12 +274,10 @@ class EdgeProtocol(asyncio.Protocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        limit = self.limits.max_header_bytes
-        # What was read for this head bounds its size; only past the limit is it counted exactly.
-        if max(self._head_bytes, 0) + self._feed_len > limit and self._head_size() > limit:
-            raise _Reject(431, "headers_too_large", f"the request line and headers exceed {limit} bytes")
-        if self._coding is not None and self._coding.strip().lower() != b"chunked":
-            raise _Reject(501, "unsupported_transfer_coding", "the only supported Transfer-Encoding is chunked")
+        read = max(self._head_bytes, 0) + self._feed_len
+        check_head(
+            self.url, self.headers, self._coding, self.parser.should_upgrade(), read, self.limits.max_header_bytes
+        )
         now = self.loop.time()
         self._phase = _BODY
         self._body_start = self._body_last = now
@@ -290,9 +288,6 @@ class EdgeProtocol(asyncio.Protocol):
         self._start_cycle()
         if self._paused_at is None:
             self._arm(now + self.limits.body_timeout)
-
-    def _head_size(self) -> int:
-        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def _start_cycle(self) -> None:
         """The request's scope completed and its Cycle made: run now, or queued behind the response
@@ -311,7 +306,7 @@ class EdgeProtocol(asyncio.Protocol):
             self.flow,
             self.server_state.default_headers,
             # HTTP/1.0 is answered and closed, even with `Connection: keep-alive`.
-            keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
+            keep_alive=http_version != "1.0" and self.parser.should_keep_alive() and not self.parser.should_upgrade(),
             expect_100_continue=self.expect_100_continue,
             on_response=self.on_response_complete,
             access_log=self.access_log,
@@ -324,6 +319,7 @@ class EdgeProtocol(asyncio.Protocol):
             self.pipeline.appendleft((cycle, self.app))
 
     def _start_asgi_task(self, cycle: Cycle, app: Any) -> None:
+        self._running = cycle
         task = self.loop.create_task(cycle.run_asgi(app))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)

@@ -207,18 +207,23 @@ class Cycle:
             self.on_response()
 
     def _start(self, message: Any) -> None:
-        self.response_started = True
-        self.waiting_for_100_continue = False
-        status = self.status = message["status"]
         given = message.get("headers", ())
+        # The server's own headers (date, server) are not the app's to get wrong: only the app's are
+        # checked, before the response counts as started, so that a bad one is answered with a 500.
+        check_headers(given)
+        self.response_started = True
+        if self.waiting_for_100_continue:
+            # The client holds its body back for a 100 that will not come: whatever it sends next
+            # could be that body or a request, so the connection ends with this answer.
+            self.keep_alive = False
+            self.waiting_for_100_continue = False
+        status = self.status = message["status"]
         if self.access_log:
             scope = self.scope
             access_logger.info(
                 '%s - "%s %s HTTP/%s" %d', client_label(scope), scope["method"],
                 path_with_query(scope), scope["http_version"], status,
             )  # fmt: skip
-        # The server's own headers (date, server) are not the app's to get wrong: only the app's are checked.
-        check_headers(given)
         headers = self.default_headers + list(given)
         content = [STATUS_LINE[status]]
         has_connection_close = False

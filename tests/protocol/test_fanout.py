@@ -156,3 +156,37 @@ async def test_json_batches_are_shared_as_arrays(tmp_path: Path) -> None:
         for s in subs:
             s.gone.set()
         await asyncio.wait_for(asyncio.gather(*(s.task for s in subs)), 10)
+
+
+async def test_a_stream_whose_fan_out_fails_lets_its_readers_read_on_their_own(tmp_path: Path, monkeypatch) -> None:
+    """An error in one stream's fan-out once left its readers (and the streams after it in the same
+    pass) waiting, silent, until the SSE time limit."""
+    original, failed = fanout.data_event, []
+
+    def failing_once(payload: bytes, binary: bool) -> bytes:
+        if not failed:
+            failed.append(payload)
+            raise RuntimeError("a bug in rendering")
+        return original(payload, binary)
+
+    monkeypatch.setattr(fanout, "data_event", failing_once)
+    async with running_node(tmp_path) as node, client_for(node) as client:
+        for name in ("a", "b"):
+            assert (await client.put(f"/v1/stream/{name}", headers=OCTET)).status_code == 201
+        subs = {name: [Subscription(node.app, f"/v1/stream/{name}", FakeWriter()) for _ in range(3)] for name in "ab"}
+        everyone = subs["a"] + subs["b"]
+        await asyncio.wait_for(asyncio.gather(*(s.started.wait() for s in everyone)), 10)
+        for name in "ab":
+            assert (
+                await client.post(f"/v1/stream/{name}", content=b"hello " + name.encode(), headers=OCTET)
+            ).status_code == 204
+        for _ in range(300):
+            if all(payloads(s.text()) == b"hello " + name.encode() for name in "ab" for s in subs[name]):
+                break
+            await asyncio.sleep(0.01)
+        assert failed
+        for name in "ab":
+            assert [payloads(s.text()) for s in subs[name]] == [b"hello " + name.encode()] * 3
+        for s in everyone:
+            s.gone.set()
+        await asyncio.wait_for(asyncio.gather(*(s.task for s in everyone)), 10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -80,3 +81,25 @@ def test_a_long_poll_outlives_every_edge_timer(edge: RillProcess) -> None:
             later.join()
     assert reply.status_code == 200
     assert reply.content == b"late"
+
+
+def test_a_long_poll_ends_when_its_client_leaves(edge: RillProcess) -> None:
+    """Nothing watched a waiting long-poll's connection: one client could open and drop hundreds,
+    each held until the long-poll timeout, past every connection limit."""
+    url = "/v1/stream/long-poll-orphans"
+    assert httpx.put(edge.url + url, headers={"content-type": "text/plain"}).status_code == 201
+    for _ in range(50):
+        with socket.create_connection(("127.0.0.1", edge.port)) as sock:
+            sock.sendall(b"GET %s?offset=now&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n" % url.encode())
+            time.sleep(0.005)
+    deadline = time.monotonic() + 2.0  # well inside the long-poll timeout (4 s)
+    while (live := _live_long_polls(edge)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live == 0
+
+
+def _live_long_polls(edge: RillProcess) -> float:
+    for line in httpx.get(edge.url + "/metrics").text.splitlines():
+        if line.startswith('rill_live_subscribers{mode="long_poll"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
