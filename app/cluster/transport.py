@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import itertools
 import logging
 import re
 import secrets
@@ -45,6 +44,7 @@ from typing import NamedTuple
 import msgspec
 
 from app.cluster import wire
+from app.cluster.accepted_channels import AcceptedChannels
 from app.cluster.channel import ChannelError, Hello, welcome
 from app.cluster.peer_channel import SLOW_PEER_BYTES_PER_SECOND, Inbound, Outbound, Refused, welcome_head
 from app.cluster.peer_client import Connection, ConnectionClosed, connect, encode_head, encode_request
@@ -57,12 +57,6 @@ log = logging.getLogger("rill.transport")
 PATH = RAFT_PATH
 CHANNEL_PATH = RAFT_PATH  # a GET with `Upgrade: rill-raft-1` on the same path opens a channel
 HTTP_FALLBACK_SECONDS = 30.0
-# Channels not yet proven by a first frame: from one client address in one peer's name, this many
-# wait (the oldest makes room for a new one), and this many in all (past that a new one is refused:
-# the peer sends by HTTP). So whoever asks without the secret holds at most MAX_UNPROVEN first
-# frames' caps of memory, and displaces only what came from its own address in the same name.
-MAX_UNPROVEN_PER_ADDRESS = 2
-MAX_UNPROVEN = 8
 # Channels in a row the peer accepted but that ended before it acknowledged anything (displaced by
 # others asking in its name, say): HTTP for a while. A peer that cannot be reached at all is not counted.
 MAX_FAILED_DIALS = 3
@@ -214,8 +208,7 @@ class Transport:
         self.channels = channels  # send over framed channels (app/cluster/peer_channel.py), HTTP where refused
         self._outbound: dict[int, Outbound] = {}
         self._http_until: dict[int, float] = {}  # peers that refused a channel: HTTP until then (monotonic)
-        self._inbound: dict[int, list[Inbound]] = {}
-        self._accepted = itertools.count(1)  # the order channels were accepted in
+        self._accepted = AcceptedChannels(node_id)
         self._failed_dials: dict[int, int] = {}
         self.routes = dict(routes or {})  # peers dialed elsewhere than their member URL (a proxy in between)
         self.secret = secret
@@ -247,10 +240,13 @@ class Transport:
             task = self._tasks.pop(pid, None)
             if task is not None:
                 task.cancel()
-            for channel in [self._outbound.pop(pid, None), *self._inbound.pop(pid, [])]:
-                if channel is not None:
-                    channel.close()
+            out = self._outbound.pop(pid, None)
+            if out is not None:
+                out.close()
+            self._accepted.drop(pid)
             del self.peers[pid], self._queues[pid], self._bytes[pid], self._ready[pid]
+            self._http_until.pop(pid, None)  # what the old address refused says nothing of a new one
+            self._failed_dials.pop(pid, None)
         for pid, url in wanted.items():
             if pid not in self.peers:
                 self.peers[pid] = url
@@ -349,9 +345,9 @@ class Transport:
             except Refused as exc:
                 self._fall_back(peer, str(exc))
                 return False
-            except ChannelError as exc:
+            except ChannelError as exc:  # the peer's proof failed (another secret?): not every batch redials
                 log.warning("refused a Raft channel to node %s: %s", peer, exc)
-                return True
+                return not self._dial_failed(peer, str(exc))
             except Exception as exc:  # noqa: BLE001 - reset or cut short mid-handshake (EOF): try again later
                 log.debug("raft channel to node %s failed: %r", peer, exc)
                 return True
@@ -381,54 +377,11 @@ class Transport:
         self, hello: Hello, deliver: Callable[[list[Message]], None], max_payload: int, client: str
     ) -> tuple[bytes, Inbound] | None:
         """The 101 and the protocol for a peer's channel from the address `client`, or None if this
-        node takes none from it.
-
-        Anyone can ask in the peer's name; only its first frame proves the secret. So asking costs
-        only other unproven channels their place once it is connected (`_admitted`), and a proven
-        channel replaces only the peer's channels accepted before it."""
+        node takes none from it (app/cluster/accepted_channels.py: who may wait for a place)."""
         if not self.channels or not self.secret or hello.dst != self.node_id or hello.src not in self.peers:
             return None
         answer, key = welcome(self.secret, hello)
-        held = self._inbound.setdefault(hello.src, [])
-        held[:] = [i for i in held if not i.closed]
-        inbound = Inbound(
-            key, hello.src, self.node_id, max_payload, deliver, self._inbound_closed, self._proven,
-            client, next(self._accepted), on_connected=self._admitted,
-        )  # fmt: skip
-        held.append(inbound)
-        return welcome_head(answer), inbound
-
-    def _admitted(self, inbound: Inbound) -> None:
-        """A channel now connected, not yet proven: the oldest unproven one makes way for it when
-        MAX_UNPROVEN_PER_ADDRESS wait from its address in its peer's name, or MAX_UNPROVEN in all.
-        Nothing is refused, so no one keeps a peer off its channel by holding places: a peer proves
-        its channel within a round trip, and only that many newer dials in the meantime could
-        displace it."""
-        unproven = [i for held in self._inbound.values() for i in held if not i.frames and not i.closed]
-        mine = [i for i in unproven if i.client == inbound.client and i.peer == inbound.peer]
-        if len(mine) > MAX_UNPROVEN_PER_ADDRESS:
-            min(mine, key=lambda i: i.accepted).close()
-        elif len(unproven) > MAX_UNPROVEN:
-            oldest = min(unproven, key=lambda i: i.accepted)
-            log.warning(
-                "closed an unproven Raft channel from %s: %d wait for their first frame", oldest.client, MAX_UNPROVEN
-            )
-            oldest.close()
-
-    def _proven(self, inbound: Inbound) -> None:
-        """The peer redialed: what it sent before went over its older channels. A channel proven after
-        a newer one (its first frame held up on the way) is the stale one."""
-        others = [i for i in self._inbound.get(inbound.peer, []) if i is not inbound and i.frames and not i.closed]
-        if any(other.accepted > inbound.accepted for other in others):
-            inbound.close()
-            return
-        for older in others:
-            older.close()
-
-    def _inbound_closed(self, inbound: Inbound) -> None:
-        held = self._inbound.get(inbound.peer)
-        if held is not None and inbound in held:
-            held.remove(inbound)
+        return welcome_head(answer), self._accepted.accept(hello, key, deliver, max_payload, client)
 
     def _take_reply(self, peer: int, signature: str | None, body: bytes) -> None:
         """Hands the node the messages `peer` replied with, if they are signed by it for this node."""
@@ -493,9 +446,7 @@ class Transport:
     async def close(self) -> None:
         for out in self._outbound.values():
             out.close()
-        for held in self._inbound.values():
-            for inbound in held:
-                inbound.close()
+        self._accepted.close()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import msgspec
 import pytest
 
 from app.cluster import channel as ch
+from app.cluster.accepted_channels import MAX_UNPROVEN
 from app.cluster.peer_channel import Inbound, Outbound
-from app.cluster.transport import MAX_FAILED_DIALS, MAX_UNPROVEN, Transport
+from app.cluster.transport import MAX_FAILED_DIALS, Transport
 from app.raft.messages import RequestVote
 
 SECRET = b"s" * 32
@@ -277,5 +279,32 @@ def test_a_peer_that_cuts_the_handshake_short_does_not_end_the_sender() -> None:
         assert not transport._tasks[2].done(), "the sender lives on"
         await transport.close()
         server.close()
+
+    asyncio.run(run())
+
+
+def test_a_peer_whose_proof_keeps_failing_is_not_redialed_for_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer under another secret answers every dial with a 101 whose proof fails: once that was a
+    dial and a warning per batch, for good; now its dials count as failed, and it gets HTTP."""
+
+    async def run() -> None:
+        transport = Transport(1, {2: "http://127.0.0.1:1"}, SECRET, channels=True)
+        dials = 0
+
+        async def wrong_secret(*args: object) -> Outbound:
+            nonlocal dials
+            dials += 1
+            raise ch.ChannelError("the peer's proof does not match: another cluster secret?")
+
+        monkeypatch.setattr(Outbound, "open", wrong_secret)
+        sent = []
+        for _ in range(10):  # as the peer's sender does: the channel while it is not on HTTP
+            on_http = time.monotonic() < transport._http_until.get(2, 0.0)
+            sent.append("http" if on_http else await transport._send_on_channel(2, [b"batch"], 5))
+        assert dials == MAX_FAILED_DIALS
+        assert sent == [True] * (MAX_FAILED_DIALS - 1) + [False] + ["http"] * (10 - MAX_FAILED_DIALS)
+        transport.set_peers({2: "http://127.0.0.1:3"})  # moved: what the old address did is forgotten
+        assert 2 not in transport._http_until
+        await transport.close()
 
     asyncio.run(run())
