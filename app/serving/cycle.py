@@ -48,8 +48,8 @@ class Cycle:
         "scope", "transport", "flow", "default_headers", "access_log", "on_response",
         "disconnected", "keep_alive", "waiting_for_100_continue",
         "_parts", "_size", "more_body", "_pending", "_waiter",
-        "response_started", "response_complete", "chunked_encoding", "expected_content_length", "_head",
-        "status",
+        "response_started", "response_complete", "chunked_encoding", "until_close", "expected_content_length",
+        "_head", "status",
     )  # fmt: skip
 
     def __init__(
@@ -81,6 +81,9 @@ class Cycle:
         self.response_started = False
         self.response_complete = False
         self.chunked_encoding: bool | None = None
+        self.until_close = (
+            False  # a body of unknown length to HTTP/1.0, which knows no chunks: it ends with the connection
+        )
         self.expected_content_length = 0
         self._head: bytes | None = None  # a head held back to go out with the body
         self.status = 0  # the response's, once started (what the request counters read)
@@ -192,6 +195,9 @@ class Cycle:
                 framed += b"0\r\n\r\n"
             if framed:
                 self.transport.write(framed)
+        elif self.until_close:
+            if body:
+                self.transport.write(body)
         else:
             if len(body) > self.expected_content_length:
                 raise RuntimeError("Response content longer than Content-Length")
@@ -243,10 +249,13 @@ class Cycle:
             content.append(b"connection: close\r\n")
         no_body = self.scope["method"] == "HEAD" or status in (204, 304)
         if self.chunked_encoding is None and not no_body:
-            self.chunked_encoding = True
-            content.append(b"transfer-encoding: chunked\r\n")
+            if self.scope["http_version"] == "1.0":  # never kept alive (connection.py): the close ends it
+                self.chunked_encoding, self.until_close = False, True
+            else:
+                self.chunked_encoding = True
+                content.append(b"transfer-encoding: chunked\r\n")
         content.append(b"\r\n")
-        if self.chunked_encoding:
+        if self.chunked_encoding or self.until_close:
             self.transport.write(b"".join(content))  # a streaming body: its head goes out now
         else:
             self._head = b"".join(content)

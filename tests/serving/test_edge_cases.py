@@ -1,7 +1,7 @@
 """Requests that once left the edge wrong, in-process: an Upgrade request's body read as requests of
 its own, a response under way that never heard its client leave because a request was queued
-behind it, a connection kept after a 100 Continue that never came, and a bad header answered by a
-silent close."""
+behind it, a connection kept after a 100 Continue that never came,, a bad header answered by a
+silent close, and chunks sent to HTTP/1.0."""
 
 from __future__ import annotations
 
@@ -106,3 +106,23 @@ def test_a_response_header_that_cannot_be_written_gets_a_500() -> None:
 
     written = asyncio.run(run())
     assert statuses(written) == [500] and b"injected" not in written
+
+
+def test_a_streamed_answer_to_http_1_0_is_not_chunked_and_ends_with_the_connection() -> None:
+    async def run(version: bytes) -> tuple[bytes, bool]:
+        async def stream(scope: Any, receive: Any, send: Any) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            for part in (b"one ", b"two"):
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        connection, transport = connect(stream)
+        connection.data_received(b"GET / HTTP/%b\r\nHost: x\r\n\r\n" % version)
+        await settle()
+        return bytes(transport.written), transport.closed
+
+    written, closed = asyncio.run(run(b"1.0"))
+    head, _, body = written.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower() and b"connection: close" in head and body == b"one two" and closed
+    written, closed = asyncio.run(run(b"1.1"))
+    assert b"transfer-encoding: chunked" in written and written.endswith(b"0\r\n\r\n") and not closed
