@@ -27,6 +27,7 @@ from typing import Any
 from app.cluster.driver_errors import MembershipBusy, MembershipRefused, NotLeader, ProposalDropped
 from app.cluster.driver_types import CheckpointLink, Send, StateMachine, Status, Unsaved
 from app.cluster.log_store import LogStore
+from app.cluster.proposals import Proposals
 from app.cluster.read_waits import ReadWaits
 from app.counters.histogram import Histogram
 from app.raft.core import CHANGE_IN_PROGRESS, RaftCore
@@ -84,10 +85,7 @@ class RaftNode:
         self._seed = seed if seed is not None else time.monotonic_ns()
         self.core = self._load_core(voters, learners or [])
         self._full = False  # a store ran out of space: no writes until it takes them again
-        self._pending: list[tuple[bytes, asyncio.Future[Any], Any]] = []
-        # This node's proposals the caller also gave decoded, by index: their apply skips decoding.
-        self._proposed: dict[int, tuple[bytes, Any]] = {}
-        self._waiters: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        self._proposals = Proposals()
         self._inbox: list[Message] = []
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -184,9 +182,7 @@ class RaftNode:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for fut in [*(fut for _, fut in self._waiters.values()), *(fut for _, fut, _ in self._pending)]:
-            if not fut.done():
-                fut.set_exception(ProposalDropped())
+        self._proposals.fail(ProposalDropped)
         for *_, install in self._installs:
             install.set_result(False)
         self._persister.shutdown(wait=True)
@@ -205,8 +201,7 @@ class RaftNode:
             raise NotLeader(self.core.leader)
         if self._full:
             raise _disk_full()
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((data, fut, decoded))
+        fut = self._proposals.queue(data, decoded)
         self._wake.set()
         return await fut
 
@@ -222,7 +217,7 @@ class RaftNode:
         index = self.core.propose_membership(new, encode(new))
         assert index is not None
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._wait(index, fut)
+        self._proposals.wait(index, self.core.term, fut)
         self._wake.set()
         await fut
 
@@ -304,17 +299,14 @@ class RaftNode:
         inbox, self._inbox = self._inbox, []
         for msg in inbox:
             self.core.step(msg)
-        pending, self._pending = self._pending, []
-        for data, fut, decoded in pending:
-            if fut.done():
-                continue  # the caller gave up (cancelled) before its proposal was taken
+        if inbox and not self.is_leader:
+            self._proposals.cut_after(self.core.log.last_index())
+        for data, fut, decoded in self._proposals.take():
             index = self.core.propose(data)
             if index is None:  # a leader handing over says it does not know who leads next
                 fut.set_exception(NotLeader(0 if self.core.leader == self.id else self.core.leader))
             else:
-                self._wait(index, fut)
-                if decoded is not None:
-                    self._proposed[index] = (data, decoded)
+                self._proposals.wait(index, self.core.term, fut, data, decoded)
         if self._reads.requests:
             self._reads.ask(self.core.read_index)
         while True:
@@ -368,13 +360,7 @@ class RaftNode:
             raise
         membership = self.machine.membership or Membership(dict.fromkeys(self.core.voters, ""))
         self.core.install_checkpoint(term, leader, index, index_term, membership)
-        # A proposal this node made at or below `index` came back inside the checkpoint, where its
-        # outcome cannot be read: its caller must retry (idempotent producers make that safe).
-        for i in [i for i in self._waiters if i <= index]:
-            waiter = self._waiters.pop(i)[1]
-            if not waiter.done():
-                waiter.set_exception(ProposalDropped())
-        self._proposed = {i: mine for i, mine in self._proposed.items() if i > index}
+        self._proposals.installed(index)
         self._reads.applied(self.core.applied)
         self._last_compacted, self._applied_bytes = index, 0
         self._membership_changed()
@@ -443,18 +429,8 @@ class RaftNode:
     def _apply(self, entries: list[Entry]) -> None:
         membership = self.machine.membership
         with out_of_space():
-            results = self.machine.apply(entries, self._decoded(entries))
-        for entry, result in zip(entries, results, strict=True):
-            waiter = self._waiters.pop(entry.index, None)
-            if waiter is None:
-                continue
-            term, fut = waiter
-            if fut.done():
-                continue
-            if term == entry.term:
-                fut.set_result(result)
-            else:
-                fut.set_exception(ProposalDropped())
+            results = self.machine.apply(entries, self._proposals.decoded(entries))
+        self._proposals.applied(entries, results)
         self.core.on_applied(entries[-1].index)
         if self.core.applied >= self.core.commit:
             self.caught_up_at = time.monotonic()
@@ -521,33 +497,10 @@ class RaftNode:
         self._wake.set()
         log.info("the stores take writes again")
 
-    def _wait(self, index: int, fut: asyncio.Future[Any]) -> None:
-        """Resolves `fut` when entry `index` applies. A waiter already there is for an entry another
-        leader cut from this node's log before this node led again: that proposal was dropped."""
-        old = self._waiters.get(index)
-        if old is not None and not old[1].done():
-            old[1].set_exception(ProposalDropped())
-        self._waiters[index] = (self.core.term, fut)
-
-    def _decoded(self, entries: list[Entry]) -> dict[int, Any]:
-        """What this node proposed among `entries`, decoded: the entries that are the very bytes it proposed."""
-        proposed, known = self._proposed, {}
-        if proposed:
-            for entry in entries:
-                mine = proposed.pop(entry.index, None)
-                if mine is not None and mine[0] is entry.data:
-                    known[entry.index] = mine[1]
-        return known
-
     def _fail_waiting(self, synced: int) -> None:
         """Fails pending reads and the proposals whose entries are not synced (index past `synced`)."""
-        unsynced = [self._waiters.pop(i)[1] for i in list(self._waiters) if i > synced]
-        self._proposed.clear()
-        for fut in [*(f for _, f, _ in self._pending), *unsynced]:
-            if not fut.done():
-                fut.set_exception(_disk_full())
+        self._proposals.fail(_disk_full, after=synced)
         self._reads.fail()
-        self._pending = []
 
 
 def _disk_full() -> Exception:

@@ -163,7 +163,7 @@ def check(sim: Simulation) -> None:
         member.current.raft.machine.check_coverage()  # type: ignore[union-attr]
     for member in sim.up():  # no proposal a node has applied past is left waiting
         raft = member.current.raft  # type: ignore[union-attr]
-        stuck = [i for i, (_, fut) in raft._waiters.items() if i <= raft.status().applied and not fut.done()]
+        stuck = [i for i, (_, fut) in raft._proposals.waiting.items() if i <= raft.status().applied and not fut.done()]
         assert not stuck, f"node {member.id} has proposals {stuck[:5]} waiting below its applied index"
     machine = members[0].current.raft.machine  # type: ignore[union-attr]
     for client in sim.clients:
