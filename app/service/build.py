@@ -225,6 +225,7 @@ def build_node(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
             keep=settings.state_checkpoint_keep,
         ),
     )
+    tiering.backup_floor = backups.floor
     deliveries = Deliveries(engine, trouble=trouble)
     return Node(
         settings, peer_tls, disk, raft_kv, machine, transport, verifier, checkpoints, raft, engine, tiering,

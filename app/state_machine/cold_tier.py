@@ -147,7 +147,9 @@ def release_segment(table: StreamTable, sid: int, segment: r.SegmentInfo, manife
 
 
 def enqueue_object(table: StreamTable, key: str) -> None:
-    table.batch.put(r.GC_QUEUE, key.encode(), b"")
+    """Queues an object for deletion, noting the entry that released it: a state backup taken
+    before that entry may still name the object (app/tiering/worker.py keeps it while one is kept)."""
+    table.batch.put(r.GC_QUEUE, key.encode(), r.U64.pack(table.index))
 
 
 def dequeue_object(table: StreamTable, key: str) -> None:

@@ -116,6 +116,7 @@ class StateMachine:
             elif not entry.data:
                 results.append(None)
             else:
+                table.index = entry.index
                 env = known.get(entry.index) if known else None
                 if env is None:
                     env = decode_envelope(entry.data)
@@ -250,6 +251,12 @@ class StateMachine:
     def deletion_queue(self) -> Iterator[str]:
         """Object keys queued for deletion, in key order."""
         return (key.decode() for key, _ in self.kv.scan(r.GC_QUEUE, b""))
+
+    def deletion_entries(self, start: str = "") -> Iterator[tuple[str, int]]:
+        """(key, the index of the entry that queued it) for each object queued for deletion from key
+        `start` on, in key order; 0 for one queued before the index was noted."""
+        scanned = self.kv.scan(r.GC_QUEUE, start.encode())
+        return ((key.decode(), r.U64.unpack(v)[0] if len(v) == 8 else 0) for key, v in scanned)
 
     def queued_for_deletion(self, key: str) -> bool:
         return self.kv.get(r.GC_QUEUE, key.encode()) is not None

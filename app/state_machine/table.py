@@ -36,6 +36,7 @@ class StreamTable:
         self.dirty: set[int] = set()
         self.changed: set[int] = set()
         self.applied_index, self.applied_term = r.decode_applied(kv.get(r.SM_META, r.APPLIED_KEY))
+        self.index = self.applied_index  # the entry being applied (what the deletion queue notes)
         raw = kv.get(r.SM_META, r.MEMBERSHIP_KEY)
         self.membership: Membership | None = decode_membership(raw) if raw else None
         raw = kv.get(r.SM_META, r.NEXT_SID_KEY)

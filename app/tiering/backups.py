@@ -76,6 +76,8 @@ class StateBackups:
         self.last_error: str | None = None
         self._retry_at = 0
         self._leading_since: int | None = None
+        self._kept: list[int] | None = None  # the indexes of the backups in the store; None: not listed yet
+        self._taking: int | None = None  # a backup under way was taken at this index or later
 
     def due(self, now: int) -> bool:
         if not self.node.is_leader or now < self._retry_at:
@@ -97,7 +99,7 @@ class StateBackups:
             await asyncio.sleep(every)
             now = self.node.now_ms()
             if not self.node.is_leader:
-                self.last, self._leading_since = None, None
+                self.last, self._leading_since, self._kept = None, None, None
                 continue
             if self._leading_since is None:
                 self._leading_since = now
@@ -107,6 +109,7 @@ class StateBackups:
     async def write_once(self) -> Written | None:
         """Takes, uploads and prunes one backup; None (logged, retried later) if that failed."""
         now = self.node.now_ms()
+        self._taking = self.node.machine.applied_index
         try:
             header, key, size = await self._write(now)
             self.last = Written(key, header.index, header.created_at, size, self.node.now_ms() - now)
@@ -119,6 +122,8 @@ class StateBackups:
             self._retry_at = now + int(RETRY_SECONDS * 1000)
             log.warning("state backup failed (retrying in %.0f s): %s", RETRY_SECONDS, self.last_error)
             return None
+        finally:
+            self._taking = None
         log.info("state backup %s: index %d, %d bytes", self.last.key, self.last.index, self.last.size)
         return self.last
 
@@ -156,8 +161,20 @@ class StateBackups:
         """Deletes all but the newest `keep` backups (by index), whoever wrote them."""
         keys = self.store.list(backup.KEY_PREFIX)
         found = sorted((parsed[0], key) for key in keys if (parsed := backup.parse_key(key)) is not None)
-        for _, key in found[: max(0, len(found) - self.config.keep)]:
+        pruned = max(0, len(found) - self.config.keep)
+        for _, key in found[:pruned]:
             self.store.delete(key)
+        self._kept = [index for index, _ in found[pruned:]]
+
+    def floor(self) -> int | None:
+        """The index of the newest backup in the store, or of the one under way if lower; None when
+        there is none. The objects the newest backup names stay (the worker deletes only what an
+        entry after it released), so that restoring it finds every one: 0 until this leader has
+        listed the backups. Older kept backups may name objects deleted since."""
+        if self._kept is None:
+            return 0
+        held = [*self._kept[-1:], *([] if self._taking is None else [self._taking])]
+        return min(held) if held else None
 
     def recovery_point_age(self, now: int, oldest_unsealed: int | None) -> float | None:
         """Seconds of acknowledged writes the store may not hold: since the last backup if the state

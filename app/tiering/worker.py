@@ -41,6 +41,7 @@ from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256
 log = logging.getLogger("rill.tiering")
 
 DELETION_QUEUE_CAP = 100_000  # what `deletion_queue` counts up to
+GC_SCAN = 10_000  # queued deletions a pass looks at
 YIELD_EVERY = 1000  # streams looked at between two turns of the loop, where a pass visits them all
 RETENTION_RETRY_MS = 60_000  # a stream whose retention could not be worked out is looked at again after this
 
@@ -72,6 +73,11 @@ class TieringWorker:
         self._first_times: dict[int, tuple[int, int]] = {}
         self.oldest_unsealed: int | None = None  # ms: when the oldest record not yet in a segment was appended
         self.packer = Packer(node, store, config, self._upload)
+        # The index of the newest state backup in the store (or of one being taken), None when there
+        # is none: an object released by a later entry may be named by that backup, so it stays
+        # until a newer backup is taken (set by the node: app/tiering/backups.py).
+        self.backup_floor: Callable[[], int | None] = lambda: None
+        self._gc_from = ""  # the queued key the next deletion pass starts at
         self.retention = RetentionSchedule()
 
     def status(self) -> dict[str, Any]:
@@ -398,7 +404,12 @@ class TieringWorker:
         """
         now = self.node.now_ms()
         self.deletions.keep_only(self.machine.queued_for_deletion)
-        queued = self.machine.deletion_queue()
+        floor = self.backup_floor()
+        # A pass looks at GC_SCAN queued keys from where the last one stopped: keys a backup still
+        # holds back may queue up, and each pass must not read them all again.
+        looked = list(itertools.islice(self.machine.deletion_entries(self._gc_from), GC_SCAN))
+        self._gc_from = looked[-1][0] + "\0" if len(looked) == GC_SCAN else ""
+        queued = (key for key, released in looked if floor is None or released <= floor)
         batch = list(itertools.islice((key for key in queued if self.deletions.ready(key, now)), 1000))
         done = []
         for key in batch:

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from tests.server import RillCluster, RillProcess
-from tests.tiering.test_cold_tier import SMALL_SEGMENTS, all_tiered, wait_for
+from tests.tiering.test_cold_tier import FREQUENT_BACKUPS, SMALL_SEGMENTS, all_tiered, wait_for
 
 OCTET = {"content-type": "application/octet-stream"}
 
@@ -67,7 +67,7 @@ def test_a_snapshot_published_just_before_failover_is_served_after_it(tmp_path: 
 
 
 def test_bootstrap_after_the_tail_went_to_the_cold_tier_returns_the_same_bytes(tmp_path: Path) -> None:
-    node = RillProcess(tmp_path / "n", None, *SMALL_SEGMENTS).start()
+    node = RillProcess(tmp_path / "n", None, *SMALL_SEGMENTS, env=FREQUENT_BACKUPS).start()
     try:
         with httpx.Client(base_url=node.url, timeout=10) as client:
             assert client.put("/ds/boot").status_code == 201

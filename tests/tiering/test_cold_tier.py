@@ -23,6 +23,7 @@ from tests.server import read_to_tail as read_all
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 SMALL_SEGMENTS = ("--segment-max-bytes", "4096", "--segment-max-age", "0.3", "--local-disk-budget", "0")
+FREQUENT_BACKUPS = {"RILL_STATE_CHECKPOINT_INTERVAL": "1"}
 BUCKET = "cold"
 OCTET = {"content-type": "application/octet-stream"}
 
@@ -252,7 +253,8 @@ def test_store_outage_answers_503_past_the_budget_and_drains_after(tmp_path: Pat
 
 def test_deleted_stream_objects_are_removed_but_a_fork_keeps_them(tmp_path: Path, moto: MotoS3) -> None:
     # No packs: this is about a stream's own directory (packs are collected by their reference counts).
-    env = {**AWS_ENV, "RILL_PACK_BELOW_BYTES": "0"}
+    # A backup a second: an object goes only once a state backup newer than its release is taken.
+    env = {**AWS_ENV, "RILL_PACK_BELOW_BYTES": "0", **FREQUENT_BACKUPS}
     node = RillProcess(tmp_path / "n", None, *cold_args(moto, "gc"), *SMALL_SEGMENTS, env=env).start()
     rng = random.Random(3)
     try:

@@ -251,3 +251,38 @@ class Failing:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def test_objects_the_newest_backup_names_stay_until_a_newer_backup_is_taken(t: Harness) -> None:
+    """A stream deleted (or merged, or trimmed) after a state backup released objects that backup
+    names: deleting them at once made a restore of it report success and then fail its reads."""
+    floor: list[int | None] = [None]
+    t.worker.backup_floor = lambda: floor[0]
+    t.write("s", b"kept-by-the-backup")
+    t.run()
+    assert t.pending("s") == 0
+    objects = [key for key in t.store.list(f"{B}/s/")]
+    assert any(key.endswith(".parquet") for key in objects)
+
+    floor[0] = t.h.sm.applied_index  # a backup taken now names the stream's objects
+    assert t.h.delete("s").code is Code.DELETED
+    released = t.h.sm.applied_index
+    assert dict(t.h.sm.deletion_entries()) == dict.fromkeys(objects, released)
+    for _ in range(3):
+        t.node.advance(1)
+        t.run()
+    assert sorted(t.store.list(f"{B}/s/")) == sorted(objects), "deleted while the newest backup names them"
+
+    floor[0] = released  # a backup taken after the delete: nothing kept names them
+    t.node.advance(1)
+    t.run()
+    assert list(t.store.list(f"{B}/s/")) == [] and list(t.h.sm.deletion_queue()) == []
+
+
+def test_without_backups_released_objects_go_at_once(t: Harness) -> None:
+    t.write("s", b"x")
+    t.run()
+    assert t.h.delete("s").code is Code.DELETED
+    t.node.advance(1)
+    t.run()
+    assert list(t.store.list(f"{B}/s/")) == []
