@@ -88,8 +88,14 @@ def choose(store: ObjectStore, at_index: int | None = None, at_time: int | None 
     for index, key, digest in reversed(backups(store)):
         if at_index is not None and index > at_index:
             continue
-        data = store.get(key)
-        header, _ = backup.decode(data, digest)
+        try:
+            data = store.get(key)
+        except KeyError:
+            continue  # pruned since it was listed (a node still writing backups): an older one will do
+        try:
+            header, _ = backup.decode(data, digest)
+        except backup.BackupError as exc:
+            raise backup.BackupError(f"{key}: {exc} (restore an older backup with --at INDEX)") from None
         if header.index != index:
             raise backup.BackupError(f"{key} holds the state at index {header.index}, not the one its key names")
         if at_time is not None and header.created_at > at_time:
@@ -218,9 +224,13 @@ def _read_entry(objects: _Objects, bucket: str, name: str, entry: catalog.Entry)
     """The entry's records read and checked; None when they are not what the catalog says: another
     object, another stream's rows, or records that do not tile [entry.first, entry.next)."""
     try:
-        table = objects.rows(entry)
-    except (KeyError, ValueError, OSError):  # missing, not Parquet, no such rows (pyarrow's errors)
+        return _checked_entry(objects, bucket, name, entry)
+    except Exception:  # noqa: BLE001 - missing, not Parquet, columns of other types: not what the catalog says
         return None
+
+
+def _checked_entry(objects: _Objects, bucket: str, name: str, entry: catalog.Entry) -> _Sealed | None:
+    table = objects.rows(entry)
     if table is None or table.num_rows != entry.records:
         return None
     if set(table.column("bucket").to_pylist()) != {bucket} or set(table.column("stream").to_pylist()) != {name}:
@@ -269,6 +279,7 @@ def _bring_back_sealed(
                 batch.put(r.PRODUCERS, key, r.encode(after))
         meta.tiered = meta.evicted = hi
         meta.tail = max(meta.tail, hi)
+        meta.touched_at = max(meta.touched_at, entry.max_append_time)  # its TTL counts from its last append
         done.segments_after += 1
         done.records_after += sealed.records
         done.bytes_after += hi - lo
@@ -325,6 +336,8 @@ def _bring_back_new_streams(
     known = {(meta.bucket, meta.name) for meta in _streams(state)}
     queued = {key.decode() for key, _ in state.scan(r.GC_QUEUE, b"")}
     raw = state.get(r.SM_META, r.NEXT_SID_KEY)
+    if raw is not None and len(raw) != r.U64.size:
+        raise RestoreError("the state backup's next stream id is not a 64-bit number: the backup is damaged")
     next_sid = r.U64.unpack(raw)[0] if raw else 1
     buckets = {key.decode() for key, _ in state.scan(r.BUCKETS, b"")} | set(BUILTIN_BUCKETS)
     for (bucket, name), entries in sorted(found.items()):
