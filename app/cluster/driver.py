@@ -392,8 +392,12 @@ class RaftNode:
         self._wake.set()
 
     def _membership_changed(self) -> None:
-        if self.on_membership is not None and self.machine.membership is not None:
-            self.on_membership(self.machine.membership)
+        membership = self.machine.membership
+        if membership is not None and self.id not in membership.voters and self.id not in membership.learners:
+            # Removed: no entry past this one reaches this node, so none of its proposals will apply here.
+            self._proposals.fail(ProposalDropped, after=self.core.applied)
+        if self.on_membership is not None and membership is not None:
+            self.on_membership(membership)
 
     def _start_sync(self) -> None:
         if self._syncing is not None or not self._unsaved:

@@ -12,7 +12,7 @@ from app.cluster import log_store
 from app.cluster.driver import RaftNode
 from app.cluster.driver_errors import NotLeader, ProposalDropped
 from app.cluster.log_store import LogStore
-from app.raft.messages import AppendEntries, AppendResponse, Entry, VoteResponse
+from app.raft.messages import AppendEntries, AppendResponse, Entry, Membership, VoteResponse
 from app.state_machine import records
 from app.state_machine.commands import Append, Code, CreateStream, encode_envelope
 from app.state_machine.machine import COMPAT_BUCKET, StateMachine
@@ -151,3 +151,25 @@ def test_read_contexts_differ_between_runs_of_a_node() -> None:
         )
         firsts.add(node._reads._ctx)
     assert len(firsts) == 5
+
+
+def test_a_leader_that_removed_itself_answers_the_proposals_it_made_after() -> None:
+    async def scenario() -> None:
+        node = await _leader_of_three()
+        node.receive(AppendResponse(1, 3, 1, True, node.core.log.last_index()))
+        await _settle()
+        removal = asyncio.create_task(node.change_membership(Membership({2: "http://n2", 3: "http://n3"})))
+        await _settle()
+        change = node.core.log.last_index()
+        later = asyncio.create_task(node.propose(_append(b"after the change")))
+        await _settle()
+        assert node.core.log.last_index() == change + 1
+        node.receive(AppendResponse(1, 2, 1, True, change))  # the change commits; what follows may not here
+        await asyncio.wait_for(removal, 5)
+        assert not node.is_leader
+        assert isinstance(
+            (await asyncio.wait_for(asyncio.gather(later, return_exceptions=True), 5))[0], ProposalDropped
+        )
+        await node.stop()
+
+    asyncio.run(scenario())
