@@ -66,8 +66,6 @@ class ReadOnly:
         confirmed = self.confirmed(tracker)
         released = [(ctx, requester) for round, ctx, requester in self.pending if round <= confirmed]
         self.pending = [read for read in self.pending if read[0] > confirmed]
-        for old in [r for r in self.round_ticks if r < confirmed]:
-            del self.round_ticks[old]
         return released
 
     def drop(self) -> list[tuple[int, int]]:

@@ -216,9 +216,7 @@ class EdgeProtocol(asyncio.Protocol):
                 self._fail(400, "bad_request", "invalid HTTP request" + detail)
             return
         except httptools.HttpParserUpgrade:
-            # Served with ws="none": an Upgrade request (bodiless: see on_headers_complete) is answered
-            # as plain HTTP, then the connection closes; nothing after its head is parsed.
-            self._upgraded = True
+            pass  # the parser stops at an Upgrade's head (on_headers_complete saw it coming)
         limit = self.limits.max_header_bytes
         if self._phase == _HEAD:
             self._head_bytes += len(data)
@@ -275,9 +273,10 @@ class EdgeProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         read = max(self._head_bytes, 0) + self._feed_len
-        check_head(
-            self.url, self.headers, self._coding, self.parser.should_upgrade(), read, self.limits.max_header_bytes
-        )
+        # Served with ws="none": an Upgrade request (bodiless, or refused) is answered as plain HTTP,
+        # then the connection closes; nothing after its head is parsed.
+        self._upgraded = self.parser.should_upgrade()
+        check_head(self.url, self.headers, self._coding, self._upgraded, read, self.limits.max_header_bytes)
         now = self.loop.time()
         self._phase = _BODY
         self._body_start = self._body_last = now
@@ -306,7 +305,7 @@ class EdgeProtocol(asyncio.Protocol):
             self.flow,
             self.server_state.default_headers,
             # HTTP/1.0 is answered and closed, even with `Connection: keep-alive`.
-            keep_alive=http_version != "1.0" and self.parser.should_keep_alive() and not self.parser.should_upgrade(),
+            keep_alive=http_version != "1.0" and self.parser.should_keep_alive() and not self._upgraded,
             expect_100_continue=self.expect_100_continue,
             on_response=self.on_response_complete,
             access_log=self.access_log,
