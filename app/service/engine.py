@@ -52,6 +52,7 @@ log = logging.getLogger("rill.engine")
 
 READ_AHEAD_SEGMENTS = 2
 LARGE_BODY = 1 << 20
+COLD_TRIES = 8  # fetches one read may make, each evicted by other reads before it could use it
 
 
 class ColdCache(ColdSource, Protocol):
@@ -60,6 +61,12 @@ class ColdCache(ColdSource, Protocol):
     def cached(self, segment: SegmentInfo) -> bool: ...
 
     def prefetch(self, segment: SegmentInfo) -> None: ...
+
+
+def _cold_cache_busy() -> ProtocolError:
+    return ProtocolError(
+        503, "cold_cache_busy", "other reads keep evicting this range from the cold cache; retry", {"retry-after": "1"}
+    )
 
 
 def _adds_data(command: Command) -> bool:
@@ -187,7 +194,7 @@ class Engine:
     async def read(self, meta: StreamMeta, pos: int, whole_records: bool = False, max_bytes: int = 0) -> Chunk:
         """The chunk at `pos`, fetching segments that are only in the object store as the read reaches them."""
         max_bytes = min(max_bytes or self.limits.read_chunk_bytes, self.limits.read_chunk_bytes)
-        while True:
+        for _ in range(COLD_TRIES):
             try:
                 chunk = self.machine.read(meta, pos, max_bytes, self.cold, whole_records)
                 self.counters.read_bytes += chunk.size
@@ -199,6 +206,7 @@ class Engine:
                 await self._fetch(miss.segment)
                 if self.machine.streams.get(meta.sid) is not meta:
                     raise missing_stream() from None
+        raise _cold_cache_busy()
 
     async def evicted_record(self, meta: StreamMeta, pos: int) -> bytes | None:
         """The whole record at `pos` if it has been evicted to the object store; None otherwise."""
@@ -209,8 +217,13 @@ class Engine:
         segment = self.machine.segment_at(owner.sid, pos)
         if segment is None:
             return None
-        await self._fetch(segment)
-        return next((bytes(p) for _, p in self.cold.records(segment, pos, pos + 1)), None)
+        for _ in range(COLD_TRIES):
+            await self._fetch(segment)
+            try:
+                return next((bytes(p) for _, p in self.cold.records(segment, pos, pos + 1)), None)
+            except ColdMiss:
+                continue  # other reads evicted it meanwhile
+        raise _cold_cache_busy()
 
     async def _fetch(self, segment: SegmentInfo) -> None:
         assert self.cold is not None

@@ -15,7 +15,6 @@ import msgspec
 
 from app.state_machine import records as r
 from app.state_machine.table import StreamTable
-from app.storage.kv import joined
 
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 _raw = msgspec.json.Decoder(msgspec.Raw)
@@ -130,8 +129,7 @@ def segments(table: StreamTable, sid: int, lo: int, hi: int) -> Iterator[r.Segme
         found[first[0]] = first[1]
     found.update(table.kv.scan(r.SEGMENTS, start, end))
     if table.staged:
-        staged = table.staged.items()
-        found.update({k: joined(v) for (cf, k), v in staged if cf == r.SEGMENTS and k[:8] == start[:8] and k < end})
+        table.overlay(found, r.SEGMENTS, r.sid_key(sid), end)
     for key in sorted(found):
         segment = r.decode_segment(found[key])
         if segment.hi > lo and key < end:
@@ -192,19 +190,25 @@ def read(
     Evicted ranges come from `cold`, which raises ColdMiss for a segment it has yet to fetch.
     """
     chunk = Chunk(next_pos=pos)
-    for sid, lo, hi in _ranges(table, meta, pos, meta.tail):
-        for rec_pos, payload in _pieces(table, sid, lo, hi, meta.json, cold):
-            room = max_bytes - chunk.size
-            keep_whole = meta.json or whole
-            if len(payload) > room and chunk.payloads and keep_whole:
-                return chunk
-            if len(payload) > room and not keep_whole:
-                payload = payload[: max(room, 1)]
-            chunk.payloads.append(payload)
-            chunk.size += len(payload)
-            chunk.next_pos = rec_pos + len(payload)
-            if chunk.size >= max_bytes:
-                return chunk
+    try:
+        for sid, lo, hi in _ranges(table, meta, pos, meta.tail):
+            for rec_pos, payload in _pieces(table, sid, lo, hi, meta.json, cold):
+                room = max_bytes - chunk.size
+                keep_whole = meta.json or whole
+                if len(payload) > room and chunk.payloads and keep_whole:
+                    return chunk
+                if len(payload) > room and not keep_whole:
+                    payload = payload[: max(room, 1)]
+                chunk.payloads.append(payload)
+                chunk.size += len(payload)
+                chunk.next_pos = rec_pos + len(payload)
+                if chunk.size >= max_bytes:
+                    return chunk
+    except ColdMiss:
+        # A chunk needs at most one segment fetched: fetching the next could evict the one this
+        # chunk began in from a small cache, and a read needing both would fetch them in turn forever.
+        if not chunk.payloads:
+            raise
     return chunk
 
 

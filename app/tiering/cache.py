@@ -22,8 +22,12 @@ from app.tiering.store import ObjectStore, StoreUnavailable, sha256_hex
 
 
 def slot(segment: SegmentInfo) -> str:
-    """The cache's key for a segment: its object, or for a pack's slice the slice within it."""
-    return f"{segment.key}#{segment.group}:{segment.row}" if segment.packed else segment.key
+    """The cache's key for a segment: its object, or for a pack's slice the slice within it, with
+    their digest. A stream deleted and made again under its name reuses its segments' keys, so the
+    key alone could hand out the old stream's bytes."""
+    if segment.packed:
+        return f"{segment.key}#{segment.group}:{segment.row}@{segment.digest}"
+    return f"{segment.key}@{segment.sha256}"
 
 
 class SegmentCache:

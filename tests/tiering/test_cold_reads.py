@@ -1,0 +1,53 @@
+"""Reads of evicted ranges through the segment cache, in the cases the cache's key and size make hard:
+a stream made again under a deleted one's name, and a read spanning segments the cache cannot hold together."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from app.state_machine.reader import ColdMiss
+from app.tiering.cache import SegmentCache
+from tests.tiering.test_packing import Packing
+
+KiB = 1 << 10
+
+
+def test_a_stream_made_again_under_its_name_reads_its_own_bytes(tmp_path: Path) -> None:
+    p = Packing(tmp_path / "cold", pack_below_bytes=0)  # own segments, evicted at once
+    p.write("s", b"OLD-DATA")
+    p.run()
+    assert p.read("s") == b"OLD-DATA"  # now in the cache
+    old = p.segments("s")[0]
+    p.h.delete("s")
+    p.run()
+    p.write("s", b"new-data")  # as long as the old one: the same object key
+    p.run()
+    new = p.segments("s")[0]
+    assert (new.key, new.lo, new.hi) == (old.key, old.lo, old.hi) and new.sha256 != old.sha256
+    assert p.read("s") == b"new-data"
+
+
+def test_a_read_spanning_segments_the_cache_cannot_hold_together_completes(tmp_path: Path) -> None:
+    p = Packing(tmp_path / "cold", pack_below_bytes=0, segment_max_bytes=256 * KiB)
+    record = 600 * KiB
+    p.write("s", b"a" * record)
+    p.write("s", b"b" * record)
+    p.run()
+    segments = p.segments("s")
+    assert [(s.lo, s.hi) for s in segments] == [(0, record), (record, 2 * record)]
+    cache = SegmentCache(p.store, max_bytes=1 << 20)  # one of them at a time
+    meta = p.h.meta("s")
+    assert meta is not None
+    pos, out, fetches = record - 100, b"", 0
+    while pos < meta.tail:
+        try:
+            chunk = p.h.sm.read(meta, pos, 1 << 20, cache)
+        except ColdMiss as miss:
+            fetches += 1
+            assert fetches <= 4, "each fetch evicted the segment the read needed next"
+            asyncio.run(cache.fetch(miss.segment))
+            continue
+        out += b"".join(bytes(piece) for piece in chunk.payloads)
+        pos = chunk.next_pos
+    assert out == b"a" * 100 + b"b" * record
