@@ -133,6 +133,10 @@ async def _dispatch(engine: Engine, call: Call, t: ControlTarget) -> Reply:
             add, remove = [], [t.arg]
         link = LinkStreams(t.bucket, t.root, t.sub_id, add, remove)
         await _refuse_early(engine, lambda: rules.link_refusal(engine.table, link))
+        if not rules.link_changes(engine.table, link):
+            await engine.read_barrier()  # a new leader may not have applied all it committed yet
+            if not rules.link_changes(engine.table, link):
+                return Reply(204)  # nothing to change: no log entry
         _raise(await engine.submit(link))
         return Reply(204)
     if t.kind == "claim":
@@ -171,6 +175,7 @@ _SUBSCRIPTION_ERRORS = {
     Code.INVALID_PATTERN: (400, "INVALID_PATTERN"),
     Code.WAKE_STREAM_NOT_FOUND: (400, "WAKE_STREAM_NOT_FOUND"),
     Code.WAKE_STREAM_COVERED: (400, "WAKE_STREAM_COVERED"),
+    Code.TOO_MANY_LINKS: (400, "TOO_MANY_STREAMS"),
     Code.NOT_FOUND: (400, "STREAM_NOT_LINKED"),  # an ack for a stream that is not the subscription's
     Code.BEYOND_TAIL: (400, "OFFSET_BEYOND_TAIL"),
 }

@@ -24,17 +24,14 @@ def create_bucket(table: StreamTable, cmd: CreateBucket, now: int) -> Outcome:
 def delete_bucket(table: StreamTable, cmd: DeleteBucket, now: int) -> Outcome:
     if cmd.bucket not in table.buckets or cmd.bucket in BUILTIN_BUCKETS:
         return Outcome(Code.BUCKET_NOT_FOUND)
-    # Expired streams do not count: collect them first.
-    for bucket, name in [key for key in table.names if key[0] == cmd.bucket]:
-        live(table, bucket, name, now)
-    if any(b == cmd.bucket for b, _ in table.names):
-        return Outcome(Code.BUCKET_NOT_EMPTY, "the bucket still holds streams")
+    # Expired streams do not count: they are collected, in name order, up to the first live one.
+    for meta in table.streams_under(cmd.bucket, ""):
+        if live(table, meta.bucket, meta.name, now) is not None:
+            return Outcome(Code.BUCKET_NOT_EMPTY, "the bucket still holds streams")
     del table.buckets[cmd.bucket]
     table.bucket_retention.pop(cmd.bucket, None)
     table.batch.delete(r.BUCKETS, cmd.bucket.encode())
-    prefix = f"{cmd.bucket}\0".encode()  # its subscriptions go with it
-    for key, _ in table.kv.scan(r.SUBSCRIPTIONS, prefix):
-        if not key.startswith(prefix):
-            break
+    prefix = f"{cmd.bucket}\0".encode()  # its subscriptions go with it, those of this batch too
+    for key in sorted(table.scan(r.SUBSCRIPTIONS, prefix, prefix[:-1] + b"\1")):
         delete_subscription_key(table, key)
     return Outcome(Code.DELETED)

@@ -18,6 +18,7 @@ from typing import Any
 from app.state_machine import records as r
 from app.state_machine.glob import Glob, compile_glob, literal_prefix
 
+_NONE: frozenset[bytes] = frozenset()
 Name = tuple[str, str]  # (bucket, stream name)
 StreamsUnder = Callable[[str, str], Iterable[r.StreamMeta]]  # (bucket, name prefix) -> its streams
 
@@ -55,12 +56,19 @@ class Coverage:
         self._by_stream: dict[int, set[bytes]] = {}  # stream -> subscriptions whose pattern matches it
         self._by_name: dict[Name, set[bytes]] = {}  # explicit links, by name: the stream may not exist
         self._wakes: Counter[Name] = Counter()
+        # Pull-wake subscriptions an append may wake: not held, and not yet woken for their
+        # generation. An append looks only at these, so one with many quiet subscriptions stays cheap.
+        self._armed: set[bytes] = set()
         # Subscriptions to look at again: their streams grew, or they changed. Drained by the
         # leader's deliveries; elsewhere it holds each subscription at most once.
         self.woken: set[bytes] = set()
 
     def put(self, key: bytes, sub: r.Subscription, streams_under: StreamsUnder) -> None:
         """Sets a subscription's scope, matching its pattern against the streams it could cover."""
+        if sub.type == "pull-wake" and sub.holder is None and sub.woke_generation != sub.generation:
+            self._armed.add(key)
+        else:
+            self._armed.discard(key)
         scope = Scope.of(sub)
         if self.scopes.get(key) == scope:
             return
@@ -79,6 +87,7 @@ class Coverage:
                     self._by_stream.setdefault(meta.sid, set()).add(key)
 
     def remove(self, key: bytes) -> None:
+        self._armed.discard(key)
         scope = self.scopes.pop(key, None)
         if scope is None:
             return
@@ -108,8 +117,16 @@ class Coverage:
         return (bucket, name) in self._wakes
 
     def waking(self, meta: r.StreamMeta) -> list[bytes]:
-        """The pull-wake subscriptions the stream belongs to, in key order."""
-        return sorted(key for key in self.covering(meta) if self.scopes[key].wake is not None)
+        """The armed pull-wake subscriptions the stream belongs to, in key order (a held one is woken
+        by the leader's `Wake` once its lease runs out)."""
+        armed = self._armed
+        if not armed or (meta.bucket, meta.name) in self._wakes:
+            return []
+        found = armed & self._by_stream.get(meta.sid, _NONE)  # a set intersection walks the smaller set
+        named = self._by_name.get((meta.bucket, meta.name))
+        if named:
+            found |= armed & named
+        return sorted(key for key in found if self.scopes[key].wake is not None)
 
     def covering(self, meta: r.StreamMeta) -> set[bytes]:
         """The subscriptions the stream belongs to."""

@@ -12,6 +12,7 @@ from app.state_machine.table import StreamTable
 def remove(table: StreamTable, meta: r.StreamMeta) -> None:
     """Soft-deletes a stream that forks still reference, else deletes it and releases its source."""
     table.changed.add(meta.sid)
+    _forget_positions(table, meta)
     if meta.forks > 0:
         meta.deleted = True
         table.dirty.add(meta.sid)
@@ -33,3 +34,17 @@ def remove(table: StreamTable, meta: r.StreamMeta) -> None:
             table.dirty.add(source.sid)
             if source.forks == 0 and source.deleted:
                 remove(table, source)
+
+
+def _forget_positions(table: StreamTable, meta: r.StreamMeta) -> None:
+    """A stream is removed: the subscriptions covering it forget its position, so a stream made
+    again under its name is covered from its beginning."""
+    for key in sorted(table.coverage.covering(meta)):
+        raw = table.get(r.SUBSCRIPTIONS, key)
+        if raw is None:
+            continue
+        sub = r.decode_subscription(raw)
+        path = meta.name[len(sub.root) + 1 :] if sub.root else meta.name
+        if path in sub.acked:
+            del sub.acked[path]
+            table.stage(r.SUBSCRIPTIONS, key, r.encode(sub))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from app.state_machine import records as r
 from app.state_machine.cold_tier import enqueue_object
 from app.state_machine.table import StreamTable
-from app.storage.kv import joined
 
 
 def snapshot_at(table: StreamTable, sid: int, pos: int) -> r.PublishedSnapshot | None:
@@ -19,10 +18,7 @@ def snapshot_at(table: StreamTable, sid: int, pos: int) -> r.PublishedSnapshot |
 
 def snapshot_keys(table: StreamTable, sid: int, but: int | None = None) -> set[str]:
     """Object keys of the stream's snapshots, other than the one at `but`."""
-    found = dict(table.kv.scan(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1)))
-    found.update(
-        {k: joined(v) for (cf, k), v in table.staged.items() if cf == r.STREAM_SNAPSHOTS and k[:8] == r.sid_key(sid)}
-    )
+    found = table.scan(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1))
     if but is not None:
         found.pop(r.data_key(sid, but), None)
     keys = (r.decode_snapshot(raw).key for raw in found.values())

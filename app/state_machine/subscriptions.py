@@ -40,15 +40,12 @@ from app.state_machine.coverage import Scope
 from app.state_machine.glob import PatternRejected, validate_pattern
 from app.state_machine.table import StreamTable
 
-_DELETED = b""  # a staged deletion: no stored subscription is empty
+MAX_EXPLICIT = 10_000  # streams one subscription names explicitly: each link request's apply reads them all
 _CONFIG = ("type", "pattern", "webhook_url", "wake_stream", "lease_ttl_ms", "description")
 
 
 def find(table: StreamTable, bucket: str, root: str, sub_id: str) -> r.Subscription | None:
-    key = (r.SUBSCRIPTIONS, r.subscription_key(bucket, root, sub_id))
-    if table.staged.get(key) == _DELETED:  # deleted earlier in the batch being applied
-        return None
-    raw = table.get(*key)
+    raw = table.get(r.SUBSCRIPTIONS, r.subscription_key(bucket, root, sub_id))
     return r.decode_subscription(raw) if raw else None
 
 
@@ -72,6 +69,9 @@ def linked(table: StreamTable, sub: r.Subscription) -> dict[str, str]:
 
 
 def _save(table: StreamTable, sub: r.Subscription) -> Outcome:
+    acked = list(sub.acked)
+    if acked != sorted(acked):  # stored bytes must not depend on the order a replica met the streams in
+        sub = msgspec.structs.replace(sub, acked=dict(sorted(sub.acked.items())))
     key = r.subscription_key(sub.bucket, sub.root, sub.id)
     table.stage(r.SUBSCRIPTIONS, key, r.encode(sub))
     table.cover(key, sub)
@@ -156,8 +156,7 @@ def delete_subscription(table: StreamTable, cmd: DeleteSubscription, now: int) -
 
 
 def delete_subscription_key(table: StreamTable, key: bytes) -> None:
-    table.batch.delete(r.SUBSCRIPTIONS, key)
-    table.staged[(r.SUBSCRIPTIONS, key)] = _DELETED
+    table.unstage(r.SUBSCRIPTIONS, key)
     table.coverage.remove(key)
 
 
@@ -167,7 +166,20 @@ def link_refusal(table: StreamTable, cmd: LinkStreams) -> Outcome | None:
         return missing()
     if sub.wake_stream is not None and sub.wake_stream in cmd.add:
         return _covers_wake_stream()
+    if len(_explicit_after(sub, cmd)) > MAX_EXPLICIT:
+        return Outcome(Code.TOO_MANY_LINKS, f"a subscription names at most {MAX_EXPLICIT} streams explicitly")
     return None
+
+
+def link_changes(table: StreamTable, cmd: LinkStreams) -> bool:
+    """Whether the link would change the subscription's explicit streams (a request that would not
+    is answered without a log entry)."""
+    sub = find(table, cmd.bucket, cmd.root, cmd.id)
+    return sub is None or _explicit_after(sub, cmd) != set(sub.explicit)
+
+
+def _explicit_after(sub: r.Subscription, cmd: LinkStreams) -> set[str]:
+    return (set(sub.explicit) | set(cmd.add)) - set(cmd.remove)
 
 
 def link_streams(table: StreamTable, cmd: LinkStreams, now: int) -> Outcome:
@@ -176,11 +188,15 @@ def link_streams(table: StreamTable, cmd: LinkStreams, now: int) -> Outcome:
         return refused
     sub = find(table, cmd.bucket, cmd.root, cmd.id)
     assert sub is not None
-    explicit = (set(sub.explicit) | set(cmd.add)) - set(cmd.remove)
-    acked = {path: pos for path, pos in sub.acked.items() if path not in cmd.remove or path in cmd.add}
-    new = [path for path in cmd.add if path not in acked and path not in linked(table, sub)]
+    before = linked(table, sub)
+    changed = msgspec.structs.replace(sub, explicit=sorted(_explicit_after(sub, cmd)))
+    after = linked(table, changed)  # its pattern, and so what the pattern matches, is the same
+    # An unlinked stream's position is forgotten, unless the pattern still covers the stream.
+    acked = {path: pos for path, pos in sub.acked.items() if path in after or path not in cmd.remove}
+    new = [path for path in cmd.add if path not in acked and path not in before]
     acked.update(_tails(table, sub, new))
-    return _save(table, msgspec.structs.replace(sub, explicit=sorted(explicit), acked=acked))
+    changed.acked = acked
+    return _save(table, changed)
 
 
 def claim_refusal(table: StreamTable, cmd: Claim, now: int) -> Outcome | None:

@@ -22,6 +22,8 @@ LEGACY_BUCKET = "legacy.streams"
 COMPAT_BUCKET = "compat.v1"
 BUILTIN_BUCKETS = (LEGACY_BUCKET, COMPAT_BUCKET)
 
+_UNSTAGED = object()
+
 
 class StreamTable:
     def __init__(self, kv: KV, tail: TailCache | None = None) -> None:
@@ -30,8 +32,9 @@ class StreamTable:
         self.streams: dict[int, r.StreamMeta] = {}
         self.names: dict[tuple[str, str], int] = {}
         self.batch = Batch()
-        # Writes of the apply batch in progress, not yet in the KV: (cf, key) -> value.
-        self.staged: dict[tuple[str, bytes], bytes | Parts] = {}
+        # Writes of the apply batch in progress, not yet in the KV: (cf, key) -> value, or None for a
+        # key the batch deletes (later entries of the batch must not find it in the KV).
+        self.staged: dict[tuple[str, bytes], bytes | Parts | None] = {}
         # Streams whose metadata the batch must write, and streams whose live readers must re-check.
         self.dirty: set[int] = set()
         self.changed: set[int] = set()
@@ -72,9 +75,26 @@ class StreamTable:
             self.cover(key, r.decode_subscription(value))
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        """A value as the batch in progress sees it: staged, else committed."""
-        staged = self.staged.get((cf, key))
-        return joined(staged) if staged else self.kv.get(cf, key)
+        """A value as the batch in progress sees it: staged (or deleted), else committed."""
+        staged = self.staged.get((cf, key), _UNSTAGED)
+        if staged is _UNSTAGED:
+            return self.kv.get(cf, key)
+        return None if staged is None else joined(staged)
+
+    def scan(self, cf: str, start: bytes, end: bytes) -> dict[bytes, bytes]:
+        """The values of keys in [start, end) as the batch in progress sees them, by key (unordered)."""
+        found = dict(self.kv.scan(cf, start, end))
+        self.overlay(found, cf, start, end)
+        return found
+
+    def overlay(self, found: dict[bytes, bytes], cf: str, start: bytes, end: bytes) -> None:
+        """Brings `found`, values read from the KV, up to the batch's writes of keys in [start, end)."""
+        for (staged_cf, key), value in self.staged.items():  # bounded by the batch's size
+            if staged_cf == cf and start <= key < end:
+                if value is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = joined(value)
 
     def stage(self, cf: str, key: bytes, value: bytes | Parts) -> None:
         """Writes into the batch and keeps it readable by later entries of the same batch."""
@@ -84,8 +104,9 @@ class StreamTable:
             self.upkeep.packs.add(key.decode())
 
     def unstage(self, cf: str, key: bytes) -> None:
+        """Deletes a key in the batch: later entries of the batch see it gone."""
         self.batch.delete(cf, key)
-        self.staged.pop((cf, key), None)
+        self.staged[(cf, key)] = None
         if cf == r.PACKS:
             self.upkeep.packs.add(key.decode())
 

@@ -1,0 +1,158 @@
+"""Rules applied in one batch, or one entry per batch, end in the same state: replicas batch entries
+as their logs happen to arrive, and a replica that restores a checkpoint must hold the same bytes as
+one that replayed. Also the subscription positions that deletes and unlinks must (not) forget, and
+the apply cost of many quiet subscriptions."""
+
+from __future__ import annotations
+
+from app.state_machine import records as r
+from app.state_machine import subscriptions as subs
+from app.state_machine.commands import (
+    Ack,
+    Append,
+    Claim,
+    Code,
+    Command,
+    CreateBucket,
+    CreateStream,
+    DeleteBucket,
+    DeleteSnapshot,
+    DeleteStream,
+    LinkStreams,
+    PublishSnapshot,
+    PutSubscription,
+)
+from app.state_machine.glob import Glob
+from tests.state_machine.helpers import B, H, JSON, TEXT, dump
+from tests.state_machine.test_subscriptions import ROOT, Machine
+
+
+def _both(setup: list[Command], cmds: list[Command]) -> tuple[H, list[str], H, list[str]]:
+    """The state after `cmds` applied in one batch, and one entry per batch."""
+    out = []
+    for together in (True, False):
+        h = H()
+        for cmd in setup:
+            h.one(cmd)
+        outcomes = h.batch(*cmds) if together else [h.one(cmd) for cmd in cmds]
+        out += [h, [o.code.name for o in outcomes]]
+    return out[0], out[1], out[2], out[3]
+
+
+def test_a_snapshot_deleted_earlier_in_the_batch_is_gone_for_the_rest_of_it() -> None:
+    setup: list[Command] = [CreateStream(B, "s", TEXT, False, body=b"hello"), Append(B, "s", TEXT, b"world")]
+    setup += [Append(B, "s", TEXT, b"!!!!!")]
+    for pos, key in ((0, "snap/K"), (5, "snap/K"), (10, None)):  # two offsets share one object
+        digest = "d" * 64 if key else "e" * 64
+        setup.append(PublishSnapshot(B, "s", pos, TEXT, digest, 3, inline=None if key else b"abc", key=key))
+    cmds: list[Command] = [DeleteSnapshot(B, "s", 0), DeleteSnapshot(B, "s", 5), DeleteSnapshot(B, "s", 5)]
+    one, codes_one, each, codes_each = _both(setup, cmds)
+    assert codes_one == codes_each == ["DELETED", "DELETED", "SNAPSHOT_NOT_FOUND"]
+    assert dump(one.kv) == dump(each.kv)
+    assert [k for k, _ in dump(one.kv)[r.GC_QUEUE]] == [b"snap/K"]  # its last snapshot went: the object goes
+
+
+def test_a_deleted_bucket_takes_the_subscriptions_made_in_the_same_batch() -> None:
+    hook = PutSubscription("x", "", "hook", "webhook", "**", [], "https://example.com/h", None, 30000, None)
+    cmds: list[Command] = [CreateBucket("x"), hook, DeleteBucket("x"), CreateBucket("x")]
+    one, codes_one, each, codes_each = _both([], cmds)
+    assert codes_one == codes_each
+    assert dump(one.kv)[r.SUBSCRIPTIONS] == dump(each.kv)[r.SUBSCRIPTIONS] == []
+    assert subs.find(one.sm.table, "x", "", "hook") is None
+
+
+def test_a_subscriptions_stored_bytes_do_not_depend_on_batching() -> None:
+    setup: list[Command] = [CreateStream(B, f"{ROOT}/wake", JSON, True), CreateStream(B, f"{ROOT}/events/z", JSON, True)]
+    setup += [CreateStream(B, f"{ROOT}/other/{i}", JSON, True) for i in range(7)]  # sid 10 lands beside sid 2
+    cmds: list[Command] = [
+        CreateStream(B, f"{ROOT}/events/a", JSON, True),
+        PutSubscription(B, ROOT, "s1", "pull-wake", "events/*", [], None, "wake", 1000, None),
+    ]
+    one, _, each, _ = _both(setup, cmds)
+    assert dump(one.kv) == dump(each.kv)
+    assert list(r.decode_subscription(dump(one.kv)[r.SUBSCRIPTIONS][0][1]).acked) == ["events/a", "events/z"]
+
+
+def _acked_subscription(m: Machine) -> None:
+    m.one(PutSubscription(B, ROOT, "s1", "pull-wake", "events/*", [], None, "wake/pool", 1000, None))
+    m.one(Append(B, f"{ROOT}/events/a", JSON, memoryview(b'{"x":2}')))
+    generation = m.one(Claim(B, ROOT, "s1", "w", "wk", "t")).subscription.generation  # type: ignore[union-attr]
+    done = Ack(B, ROOT, "s1", "wk", generation, "t", [("events/a", m.tail("events/a"))], done=True)
+    assert m.one(done).code is Code.OK
+
+
+def test_a_stream_made_again_under_a_deleted_ones_name_is_covered_from_its_beginning() -> None:
+    m = Machine()
+    m.stream("events/a", b'{"x":1}')
+    _acked_subscription(m)
+    assert "events/a" in m.sub().acked
+    assert m.one(DeleteStream(B, f"{ROOT}/events/a")).code is Code.DELETED
+    assert m.sub().acked == {}  # forgotten with its stream
+    m.stream("events/a", b'{"new":1}')
+    assert subs.pending(m.sm.table, m.sub()) == {"events/a": (-1, m.tail("events/a"))}
+
+
+def test_unlinking_a_stream_the_pattern_still_covers_keeps_its_position() -> None:
+    m = Machine()
+    m.stream("events/a", b'{"x":1}')
+    _acked_subscription(m)
+    before = m.sub().acked
+    assert m.one(LinkStreams(B, ROOT, "s1", ["events/a"], [])).code is Code.OK
+    assert m.one(LinkStreams(B, ROOT, "s1", [], ["events/a"])).code is Code.OK  # still matched by events/*
+    assert m.sub().acked == before
+    assert subs.pending(m.sm.table, m.sub()) == {}
+
+
+def test_explicit_links_are_capped_and_a_link_that_changes_nothing_is_known_as_such() -> None:
+    m = Machine()
+    m.one(PutSubscription(B, ROOT, "s1", "pull-wake", None, ["a"], None, "wake/pool", 1000, None))
+    assert not subs.link_changes(m.sm.table, LinkStreams(B, ROOT, "s1", ["a"], ["b"]))
+    assert subs.link_changes(m.sm.table, LinkStreams(B, ROOT, "s1", ["b"], []))
+    too_many = LinkStreams(B, ROOT, "s1", [f"p{i}" for i in range(subs.MAX_EXPLICIT)], [])
+    assert m.one(too_many).code is Code.TOO_MANY_LINKS
+    assert m.sub().explicit == ["a"]
+
+
+def test_a_link_request_costs_what_it_names_not_what_the_subscription_holds() -> None:
+    m = Machine()
+    m.one(PutSubscription(B, ROOT, "s1", "pull-wake", "events/*", [], None, "wake/pool", 1000, None))
+    calls = 0
+    linked = subs.linked
+
+    def counting(*args: object) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        return linked(*args)  # type: ignore[arg-type]
+
+    subs.linked = counting  # type: ignore[assignment]
+    try:
+        m.one(LinkStreams(B, ROOT, "s1", [f"p{i}" for i in range(500)], []))
+    finally:
+        subs.linked = linked  # type: ignore[assignment]
+    assert calls <= 3  # once before and once after the change, not once per path
+
+
+def test_globs_are_equal_by_pattern() -> None:
+    assert Glob("events/*") == Glob("events/*") and hash(Glob("a/**")) == hash(Glob("a/**"))
+    assert Glob("events/*") != Glob("events/**")
+
+
+def test_appends_do_not_read_subscriptions_that_were_woken_already() -> None:
+    m = Machine()
+    m.stream("data/a")
+    m.apply(*[PutSubscription(B, ROOT, f"s{i}", "pull-wake", "data/**", [], None, "wake/pool", 1000, None) for i in range(300)])
+    m.one(Append(B, f"{ROOT}/data/a", JSON, memoryview(b'{"x":1}')))  # wakes each of them once
+    wakes = m.tail("wake/pool")
+    reads = 0
+    get = m.sm.table.get
+
+    def counting(cf: str, key: bytes) -> bytes | None:
+        nonlocal reads
+        reads += cf == r.SUBSCRIPTIONS
+        return get(cf, key)
+
+    m.sm.table.get = counting  # type: ignore[method-assign]
+    for _ in range(20):
+        m.one(Append(B, f"{ROOT}/data/a", JSON, memoryview(b'{"x":2}')))
+    assert reads == 0, "an append decoded subscriptions told of their generation already"
+    assert m.tail("wake/pool") == wakes
