@@ -89,7 +89,6 @@ class Glob:
         # Once the last element, a `**`, is reached, the rest of the path matches whatever it holds.
         self.done = self.accept >> 1 if elements and elements[-1] == _DOUBLE else 0
 
-
     # Equal by pattern, not identity: a subscription's saved scope is compared with the one it had,
     # and compile_glob's cache may hand out another object for the same pattern.
     def __eq__(self, other: object) -> bool:
@@ -97,6 +96,7 @@ class Glob:
 
     def __hash__(self) -> int:
         return hash(self.pattern)
+
     def matches(self, path: str) -> bool:
         if self.exact:
             return path == self.pattern

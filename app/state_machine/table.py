@@ -22,8 +22,6 @@ LEGACY_BUCKET = "legacy.streams"
 COMPAT_BUCKET = "compat.v1"
 BUILTIN_BUCKETS = (LEGACY_BUCKET, COMPAT_BUCKET)
 
-_UNSTAGED = object()
-
 
 class StreamTable:
     def __init__(self, kv: KV, tail: TailCache | None = None) -> None:
@@ -76,9 +74,9 @@ class StreamTable:
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         """A value as the batch in progress sees it: staged (or deleted), else committed."""
-        staged = self.staged.get((cf, key), _UNSTAGED)
-        if staged is _UNSTAGED:
+        if (cf, key) not in self.staged:
             return self.kv.get(cf, key)
+        staged = self.staged[(cf, key)]
         return None if staged is None else joined(staged)
 
     def scan(self, cf: str, start: bytes, end: bytes) -> dict[bytes, bytes]:

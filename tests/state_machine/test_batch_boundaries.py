@@ -23,7 +23,7 @@ from app.state_machine.commands import (
     PutSubscription,
 )
 from app.state_machine.glob import Glob
-from tests.state_machine.helpers import B, H, JSON, TEXT, dump
+from tests.state_machine.helpers import JSON, TEXT, B, H, dump
 from tests.state_machine.test_subscriptions import ROOT, Machine
 
 
@@ -62,7 +62,10 @@ def test_a_deleted_bucket_takes_the_subscriptions_made_in_the_same_batch() -> No
 
 
 def test_a_subscriptions_stored_bytes_do_not_depend_on_batching() -> None:
-    setup: list[Command] = [CreateStream(B, f"{ROOT}/wake", JSON, True), CreateStream(B, f"{ROOT}/events/z", JSON, True)]
+    setup: list[Command] = [
+        CreateStream(B, f"{ROOT}/wake", JSON, True),
+        CreateStream(B, f"{ROOT}/events/z", JSON, True),
+    ]
     setup += [CreateStream(B, f"{ROOT}/other/{i}", JSON, True) for i in range(7)]  # sid 10 lands beside sid 2
     cmds: list[Command] = [
         CreateStream(B, f"{ROOT}/events/a", JSON, True),
@@ -140,7 +143,12 @@ def test_globs_are_equal_by_pattern() -> None:
 def test_appends_do_not_read_subscriptions_that_were_woken_already() -> None:
     m = Machine()
     m.stream("data/a")
-    m.apply(*[PutSubscription(B, ROOT, f"s{i}", "pull-wake", "data/**", [], None, "wake/pool", 1000, None) for i in range(300)])
+    m.apply(
+        *[
+            PutSubscription(B, ROOT, f"s{i}", "pull-wake", "data/**", [], None, "wake/pool", 1000, None)
+            for i in range(300)
+        ]
+    )
     m.one(Append(B, f"{ROOT}/data/a", JSON, memoryview(b'{"x":1}')))  # wakes each of them once
     wakes = m.tail("wake/pool")
     reads = 0
