@@ -13,7 +13,7 @@ from app.protocol.http import Call
 from app.service.budget import BodyBudget
 
 _raw = msgspec.json.Decoder(msgspec.Raw)
-# Bodies this large are read into one buffer of the declared length instead of joined pieces.
+# Bodies declared this large are read into one buffer instead of joined pieces.
 _PREALLOCATE = 64 * 1024
 _UTF8_SLICE = 1 << 20
 _WHITESPACE = b" \t\r\n"
@@ -28,13 +28,16 @@ async def read_body(call: Call, limit: int, budget: BodyBudget | None = None) ->
 
 
 async def read_buffer(call: Call, limit: int, budget: BodyBudget | None = None) -> bytes | bytearray:
-    """The body; a large one with a declared length arrives in one buffer of that length, no joins."""
+    """The body; a large one with a declared length arrives in one growing buffer, no joins.
+
+    The node's budget is taken as bytes arrive, not for the declared length up front: a client that
+    declares a large body and sends it slowly would otherwise hold budget it has not used, and a few
+    of them would turn every other write away."""
     declared = parse_uint(call.headers.get("content-length"))
     if declared is not None and declared > limit:
         raise _too_large(limit)
-    if budget is not None and declared:
-        call.held += budget.take(declared)
-    buffer = bytearray(declared) if declared is not None and declared >= _PREALLOCATE else None
+    # Grown in place (a large bytearray is resized by remapping its pages, not copied).
+    buffer = bytearray() if declared is not None and declared >= _PREALLOCATE else None
     parts: list[bytes] = []
     size = 0
     while True:
@@ -47,17 +50,15 @@ async def read_buffer(call: Call, limit: int, budget: BodyBudget | None = None) 
             raise _too_large(limit)
         if budget is not None and end > call.held:
             call.held += budget.take(end - call.held)
-        if buffer is not None and end <= len(buffer):
-            buffer[size:end] = part
+        if buffer is not None:
+            buffer += part
         else:
-            if buffer is not None:  # more than declared: keep what came so far as a piece
-                parts, buffer = [bytes(buffer[:size])], None
             parts.append(part)
         size = end
         if not message.get("more_body", False):
             break
     if buffer is not None:
-        return buffer if size == len(buffer) else buffer[:size]
+        return buffer
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from typing import Any, Literal
+from urllib.parse import unquote
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -27,7 +28,7 @@ from app.protocol.bodies import read_body
 from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply, absolute_url
 from app.protocol.responses import NO_STORE, raise_for
-from app.protocol.target import ControlTarget, validate_stream_id
+from app.protocol.target import NAMESPACE, ControlTarget, validate_stream_id
 from app.runtime import blocking
 from app.security.authenticator import unauthorized
 from app.service.engine import Engine
@@ -240,7 +241,11 @@ async def _put(engine: Engine, call: Call, t: ControlTarget) -> Reply:
 def root_url(call: Call, engine: Engine) -> str:
     """The root's absolute URL (stored for callback URLs): never under a host the configuration does not name."""
     url = absolute_url(call, engine)
-    return url[: url.index("/__ds/")]
+    segments = url.split("/")  # scheme, "", host, then the path as the client sent it (percent-encoded)
+    for at in range(3, len(segments)):
+        if unquote(segments[at]) == NAMESPACE:  # the route matched the first one, decoded (%5F_ds too)
+            return "/".join(segments[:at])
+    raise bad_request("a subscription route names one: __ds/subscriptions/{id}", "invalid_subscription_id")
 
 
 def streams_view(engine: Engine, sub: r.Subscription) -> list[dict[str, Any]]:

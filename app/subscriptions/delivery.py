@@ -44,7 +44,7 @@ from app.subscriptions.leases import acked_offset, token_digest
 from app.subscriptions.pinned import post_pinned
 from app.subscriptions.settings import WebhookSettings
 from app.subscriptions.trouble import DeliveryTrouble
-from app.subscriptions.urls import IPAddress, Network, WebhookUrlRejected, check_webhook_url
+from app.subscriptions.urls import IPAddress, Network, check_webhook_url
 
 log = logging.getLogger("rill.subscriptions")
 
@@ -299,7 +299,7 @@ class Deliveries:
                 raise httpx.HTTPStatusError(
                     f"answered {response.status_code}", request=response.request, response=response
                 )
-        except (httpx.HTTPError, WebhookUrlRejected, OSError, ValueError) as exc:
+        except Exception as exc:  # whatever the URL or the receiver does, the lease ends and backoff applies
             self.failed += 1
             failure = self.backoff.failed(key, self.node.now_ms(), str(exc) or type(exc).__name__)
             log.info(

@@ -16,6 +16,8 @@ import httpx
 
 from app.subscriptions.urls import IPAddress
 
+MAX_ANSWER_BYTES = 64 * 1024  # of a webhook's answer: enough for {"done": true} and then some
+
 
 async def post_pinned(
     client: httpx.AsyncClient, url: str, addresses: Sequence[IPAddress], body: bytes, headers: Mapping[str, str]
@@ -39,7 +41,17 @@ async def post_pinned(
 
     async def post(ip: IPAddress) -> httpx.Response:
         pinned = target.copy_with(host=str(ip))
-        return await client.post(pinned, content=body, headers=sent, extensions=extensions, follow_redirects=False)
+        request = client.build_request("POST", pinned, content=body, headers=sent, extensions=extensions)
+        response = await client.send(request, stream=True, follow_redirects=False)
+        try:  # the receiver's answer is read up to MAX_ANSWER_BYTES: any endpoint may answer without end
+            kept = bytearray()
+            async for piece in response.aiter_bytes():
+                kept += piece
+                if len(kept) >= MAX_ANSWER_BYTES:
+                    break
+        finally:
+            await response.aclose()
+        return httpx.Response(response.status_code, content=bytes(kept[:MAX_ANSWER_BYTES]), request=request)
 
     for ip in addresses[:-1]:
         with contextlib.suppress(httpx.ConnectError, httpx.ConnectTimeout):

@@ -23,6 +23,7 @@ MAX_URL_LENGTH = 2048
 IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")  # some of it anycast, none of it a webhook's
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # a translator carries the last 32 bits to IPv4
 RESERVED = ipaddress.ip_network("::/8")  # IPv4-mapped, -compatible and -translated forms, and NAT64
+DOCUMENTATION_V6 = ipaddress.ip_network("3fff::/20")  # RFC 9637; not yet known to Python 3.11's is_global
 
 
 class WebhookUrlRejected(ValueError):
@@ -55,13 +56,15 @@ def _public(ip: IPAddress) -> bool:
         return _public(ip.sixtofour)
     if ip.teredo is not None and not all(_public(v4) for v4 in ip.teredo):
         return False
-    return ip.is_global and not ip.is_multicast
+    return ip.is_global and not ip.is_multicast and not ip.is_site_local and ip not in DOCUMENTATION_V6
 
 
 def check_webhook_url(url: str, allowed: Sequence[Network] = (), resolver: Resolver = resolve) -> list[IPAddress]:
     """The addresses `url` may be called at; raises WebhookUrlRejected when it may not be called."""
     if len(url) > MAX_URL_LENGTH:
         raise WebhookUrlRejected(f"the URL is longer than {MAX_URL_LENGTH} characters")
+    if any(c <= " " or c == "\x7f" for c in url):  # urlsplit drops tabs and newlines; the HTTP client would not
+        raise WebhookUrlRejected("a webhook URL holds no spaces or control characters")
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -80,7 +83,8 @@ def check_webhook_url(url: str, allowed: Sequence[Network] = (), resolver: Resol
         raise WebhookUrlRejected(f"the host {parts.hostname!r} does not resolve")
     for ip in addresses:
         if not _public(ip) and not any(ip in network for network in allowed if ip.version == network.version):
+            # Which address, it does not say: the server's resolver must not map internal names for clients.
             raise WebhookUrlRejected(
-                f"{parts.hostname} resolves to {ip}, a loopback, private, link-local or reserved address"
+                f"{parts.hostname} resolves to a loopback, private, link-local or reserved address"
             )
     return addresses

@@ -197,3 +197,27 @@ def test_a_streams_consumer_groups_show_their_lag(node: RillProcess) -> None:
     (group,) = httpx.get(stream + "/__ds/subscriptions").json()["subscriptions"]
     assert (group["lag_bytes"], group["lag_messages"], group["acked_offset"]) == (0, 0, tail)
     assert httpx.get(f"{node.url}/v1/stream/{prefix}/missing/__ds/subscriptions").status_code == 404
+
+
+def test_a_percent_encoded_namespace_names_the_same_routes(node: RillProcess) -> None:
+    """`%5F_ds` decodes to `__ds`: the route matches, and the root's URL is found in the path as sent."""
+    sub_id = f"s-{uid()}"
+    assert httpx.put(f"{node.url}/v1/stream/w", headers=JSON).status_code in (200, 201)
+    created = httpx.put(f"{node.url}/v1/stream/%5F_ds/subscriptions/{sub_id}", json={**PULL, "pattern": "e-*"})
+    assert created.status_code == 201, created.text
+    hook = httpx.put(f"{node.url}/v1/stream/%5f_ds/subscriptions/{sub_id}-hook", json=HOOK)
+    assert hook.status_code == 201, hook.text
+    assert httpx.get(f"{node.url}/v1/stream/%5f_ds/subscriptions/{sub_id}-hook").status_code == 200
+
+
+def test_a_link_that_changes_nothing_is_answered_and_too_many_links_are_refused(node: RillProcess) -> None:
+    sub_id = f"s-{uid()}"
+    assert httpx.put(f"{node.url}/v1/stream/w", headers=JSON).status_code in (200, 201)
+    assert httpx.put(_sub(node, sub_id), json={**PULL, "pattern": None, "streams": ["a"]}).status_code == 201
+    assert httpx.post(f"{_sub(node, sub_id)}/streams", json={"streams": ["a"]}).status_code == 204
+    assert httpx.delete(f"{_sub(node, sub_id)}/streams/b").status_code == 204
+    for start in range(0, 9999, 1000):  # up to the cap: 10,000 named streams, "a" among them
+        more = {"streams": [f"p{i}" for i in range(start, min(start + 1000, 9999))]}
+        assert httpx.post(f"{_sub(node, sub_id)}/streams", json=more, timeout=30).status_code == 204
+    refused = httpx.post(f"{_sub(node, sub_id)}/streams", json={"streams": ["one-more"]})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "TOO_MANY_STREAMS"

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trustme
 
-from app.subscriptions.pinned import post_pinned
+from app.subscriptions.pinned import MAX_ANSWER_BYTES, post_pinned
 from app.subscriptions.urls import WebhookUrlRejected, check_webhook_url
 
 pytestmark = pytest.mark.anyio
@@ -130,7 +130,7 @@ async def test_a_name_that_rebinds_to_loopback_still_reaches_the_approved_addres
         url = f"http://{NAME}:{port}/hook"
         addresses = check_webhook_url(url, [ipaddress.ip_network("127.0.0.2/32")])
         assert addresses == [ipaddress.ip_address("127.0.0.2")]
-        with pytest.raises(WebhookUrlRejected, match="127.0.0.1"):  # the name has moved on since
+        with pytest.raises(WebhookUrlRejected, match="loopback, private"):  # the name has moved on since
             check_webhook_url(url, [ipaddress.ip_network("127.0.0.2/32")])
         lookups = rebinding.lookups
 
@@ -238,3 +238,28 @@ async def test_a_redirect_is_not_followed() -> None:
     async with httpx.AsyncClient(transport=transport, follow_redirects=True) as client:
         response = await post_pinned(client, f"http://{NAME}/hook", [ipaddress.ip_address("127.0.0.2")], BODY, HEADERS)
     assert response.status_code == 307
+
+
+async def test_a_receivers_answer_is_read_up_to_a_bound() -> None:
+    """Any endpoint may answer without end: the leader keeps MAX_ANSWER_BYTES of it, not all."""
+    sent = 0
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\n\r\n")
+        with contextlib.suppress(ConnectionError):
+            while sent < 1 << 30:
+                writer.write(b"x" * 65536)
+                sent += 65536
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(endless, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, httpx.AsyncClient(timeout=5) as client:
+        url = f"http://127.0.0.1:{port}/hook"
+        response = await post_pinned(client, url, [ipaddress.ip_address("127.0.0.1")], b"{}", {})
+    assert response.status_code == 200
+    assert len(response.content) == MAX_ANSWER_BYTES
+    assert sent < 64 * MAX_ANSWER_BYTES  # it stopped reading, and closed

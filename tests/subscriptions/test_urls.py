@@ -104,3 +104,25 @@ def test_an_allowed_ipv4_network_does_not_admit_a_translation_of_its_addresses()
         check_webhook_url(
             "http://hooks.example/in", parse_networks(["127.0.0.1/32"]), resolver=resolver("64:ff9b::7f00:1")
         )
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0\t.1:8080/hook", "http://hooks.example/a\nb", "http://hooks.example/ a"]
+)
+def test_whitespace_and_control_characters_are_refused(url: str) -> None:
+    """urlsplit drops tabs and newlines where the HTTP client refuses them: a URL approved here could
+    never be delivered to, and each try would cost a claim."""
+    with pytest.raises(WebhookUrlRejected, match="control characters"):
+        check_webhook_url(url, resolver=resolver("93.184.216.34"))
+
+
+@pytest.mark.parametrize("address", ["fec0::1", "3fff::1"])
+def test_site_local_and_documentation_ipv6_are_refused(address: str) -> None:
+    with pytest.raises(WebhookUrlRejected):
+        check_webhook_url("http://hooks.example/in", resolver=resolver(address))
+
+
+def test_a_refusal_does_not_name_the_address_a_host_resolves_to() -> None:
+    with pytest.raises(WebhookUrlRejected) as refused:
+        check_webhook_url("http://intranet.example/in", resolver=resolver("10.20.30.40"))
+    assert "10.20.30.40" not in str(refused.value)
