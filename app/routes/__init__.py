@@ -24,6 +24,7 @@ from app.protocol.http import Call, send_reply, with_security_headers
 from app.protocol.leader import leader_redirect
 from app.protocol.streams import serve_stream
 from app.protocol.subscriptions import LEASE_AUTHORIZED, serve_control
+from app.protocol.subscriptions import MAX_BODY as CONTROL_MAX_BODY
 from app.protocol.target import ControlTarget, StreamTarget, decode_path
 from app.routes import compat, ds, legacy
 from app.routes.forward import Forwarder
@@ -93,7 +94,13 @@ class StreamRoutes:
             leader = engine.leader_url()
             route = engine.leader_route()
             if route is not None and engine.forward_writes:
-                reply = await self.forwarder.forward(call, route, engine.limits.max_body_bytes, engine.body_budget)
+                # A subscription's control body is small (and an ack is checked against its lease's
+                # token only by the leader): forwarding reads no more than the leader would take.
+                limit = CONTROL_MAX_BODY if isinstance(target, ControlTarget) else engine.limits.max_body_bytes
+                try:
+                    reply = await self.forwarder.forward(call, route, limit, engine.body_budget)
+                except ProtocolError as exc:  # too large, over the budget, or the client left
+                    reply = render_error(exc)
             else:
                 reply = leader_redirect(leader, scope)
             await send_reply(send, reply, head_only=head_only)

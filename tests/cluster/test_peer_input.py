@@ -4,8 +4,10 @@ counted in /metrics, on real processes; the node keeps running and the cluster k
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -117,3 +119,23 @@ def test_signed_impossible_input_is_refused_logged_and_counted(
         log = cluster.nodes[target].log_path.read_text()
         assert f"refused a Raft message from node {sender}: {reason}" in log
     _intact(cluster, stream, before)
+
+
+def _declared(url: str, path: str, length: int) -> bytes:
+    """The status line a node answers to a POST declaring `length` bytes of body, none of them sent."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+        head = f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
+        sock.sendall(f"{head}content-length: {length}\r\n\r\n".encode())
+        return sock.recv(65536).split(b"\r\n", 1)[0]
+
+
+def test_a_follower_refuses_what_it_would_forward_past_the_leaders_limits(cluster: RillCluster) -> None:
+    """A write a follower forwards is read against the limit the leader applies to it: a subscription's
+    control body is at most 64 KiB (an ack's token is checked only by the leader), and a body too
+    large gets a 413, not a 500."""
+    _, follower, _ = _roles(cluster)
+    url = cluster.nodes[follower].url
+    ack = "/v1/stream/__ds/subscriptions/s/ack"
+    assert b" 413 " in _declared(url, ack, 100 * 1024)
+    assert b" 413 " in _declared(url, "/v1/stream/kept", 1 << 40)
