@@ -111,6 +111,7 @@ def _trim(table: StreamTable, meta: r.StreamMeta, pos: int) -> None:
     for segment in list(segments(table, sid, lo, pos)):
         if segment.hi <= pos:
             table.unstage(r.SEGMENTS, r.data_key(sid, segment.lo))
-            release_segment(table, sid, segment)
+            # The manifest too: the tiering worker keeps it while own segments remain beside it.
+            release_segment(table, sid, segment, manifest=True)
     meta.tiered = max(meta.tiered, pos)
     meta.evicted = max(meta.evicted, pos)

@@ -503,7 +503,8 @@ class TieringWorker:
         if parsed is None:
             return False
         if parsed[2] is None:  # the manifest: needed while the stream has segments of its own beside it
-            return meta.tiered > meta.fork_pos and f"{self._manifest_dir(meta)}/manifest.json" == key
+            own = next((s for s in self.machine.segments(meta.sid, meta.fork_pos, meta.tiered) if not s.packed), None)
+            return own is not None and f"{keys.dir_of(own.key)}/manifest.json" == key
         segment = self.machine.segment_at(meta.sid, parsed[2])
         return segment is not None and segment.key == key
 

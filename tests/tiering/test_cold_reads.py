@@ -1,13 +1,17 @@
-"""Reads of evicted ranges through the segment cache, in the cases the cache's key and size make hard:
-a stream made again under a deleted one's name, and a read spanning segments the cache cannot hold together."""
+"""Reads of evicted ranges, in the cases names and sizes make hard: a stream made again under a deleted
+one's name (through the segment cache, and through the catalog's manifests), a read spanning segments
+the cache cannot hold together, and a manifest whose own segments retention released."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+from app.state_machine.commands import Code, Retain
 from app.state_machine.reader import ColdMiss
+from app.tiering import catalog
 from app.tiering.cache import SegmentCache
+from tests.state_machine.helpers import B
 from tests.tiering.test_packing import Packing
 
 KiB = 1 << 10
@@ -51,3 +55,39 @@ def test_a_read_spanning_segments_the_cache_cannot_hold_together_completes(tmp_p
         out += b"".join(bytes(piece) for piece in chunk.payloads)
         pos = chunk.next_pos
     assert out == b"a" * 100 + b"b" * record
+
+
+def test_a_stream_made_again_whose_records_are_all_in_packs_has_no_old_manifest(tmp_path: Path) -> None:
+    p = Packing(tmp_path / "cold")
+    floor = {"index": 0}  # a state backup exists: what is released after it waits for a newer one
+    p.worker.backup_floor = lambda: floor["index"]
+    p.write("s", b"OLD-DATA-OLD-DATA")  # alone: a segment of its own, and a manifest
+    p.run()
+    p.h.delete("s")
+    p.run()
+    p.write("s", b"new")  # made again, and packed together with t
+    p.write("t", b"other")
+    p.run()
+    assert p.segments("s")[0].packed
+    floor["index"] = 10**9  # a newer backup: the queue may be worked off
+    p.run()
+    p.run()
+    found = catalog.stream(p.store, B, "s")
+    assert found.entries and all(entry.packed for entry in found.entries)
+    assert not any(key.endswith("/s/manifest.json") for key in p.objects())
+
+
+def test_retention_that_releases_the_last_own_segment_takes_the_manifest(tmp_path: Path) -> None:
+    p = Packing(tmp_path / "cold")
+    p.write("s", b"FIRST-PART")  # alone: its own segment [0, 10), and a manifest
+    p.run()
+    p.write("s", b"second")  # with t: a pack slice [10, 16)
+    p.write("t", b"other")
+    p.run()
+    assert [(s.lo, s.hi, s.packed) for s in p.segments("s")] == [(0, 10, False), (10, 16, True)]
+    assert p.h.one(Retain(B, "s", 10)).code is Code.OK
+    p.run()
+    p.run()
+    found = catalog.stream(p.store, B, "s")
+    assert [(entry.first, entry.next) for entry in found.entries] == [(10, 16)]
+    assert all(entry.key in p.objects() for entry in found.entries)
