@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -128,16 +129,18 @@ class PackReader:
         self.store = store
         self.max_footers = max_footers
         self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._lock = threading.Lock()  # reads run on several threads at once
 
     def rows(self, key: str, size: int, group: int, row: int, count: int, columns: list[str]) -> pa.Table:
         """`columns` of rows [row, row + count) of row group `group` of the pack at `key`."""
-        footer = self._footers.get(key)
+        with self._lock:
+            footer = self._footers.get(key)
         parquet = pq.ParquetFile(RangedFile(self.store, key, size), metadata=footer)
-        if footer is None:
-            self._footers[key] = parquet.metadata
+        with self._lock:
+            self._footers[key] = footer if footer is not None else parquet.metadata
+            self._footers.move_to_end(key)
             while len(self._footers) > self.max_footers:
                 self._footers.popitem(last=False)
-        self._footers.move_to_end(key)
         return rows_of(parquet, key, group, row, count, columns)
 
     def payloads(self, key: str, size: int, group: int, row: int, count: int) -> list[memoryview]:
