@@ -45,9 +45,9 @@ def tier_segment(table: StreamTable, cmd: TierSegment, now: int) -> Outcome:
     meta, segment = table.streams.get(cmd.sid), cmd.segment
     # Stale if the stream is gone or tiering moved on (a retried or superseded proposal).
     if meta is None or segment.lo != meta.tiered or not segment.lo < segment.hi <= meta.tail:
-        return Outcome(Code.STALE)
+        return _stale_upload(table, segment)
     if not segment.starts or not is_boundary(table, meta, segment.hi):
-        return Outcome(Code.STALE)
+        return _stale_upload(table, segment)
     table.stage(r.SEGMENTS, r.data_key(meta.sid, segment.lo), r.encode(segment))
     # The same key may have been queued for deletion by an earlier stream of the same name.
     if not segment.packed:
@@ -57,6 +57,14 @@ def tier_segment(table: StreamTable, cmd: TierSegment, now: int) -> Outcome:
     table.untiered_bytes -= segment.hi - segment.lo
     table.dirty.add(meta.sid)
     return Outcome(Code.OK, sid=meta.sid, next_pos=segment.hi)
+
+
+def _stale_upload(table: StreamTable, segment: r.SegmentInfo) -> Outcome:
+    """A segment uploaded for nothing (the stream moved on meanwhile) is queued for deletion; the
+    collector keeps it if an earlier entry recorded the same object. A pack's slice counts in its pack."""
+    if not segment.packed and "/segments/" in segment.key:
+        enqueue_object(table, segment.key)
+    return Outcome(Code.STALE)
 
 
 def tier_pack(table: StreamTable, cmd: TierPack, now: int) -> Outcome:
@@ -87,12 +95,12 @@ def tier_pack(table: StreamTable, cmd: TierPack, now: int) -> Outcome:
 def merge_segments(table: StreamTable, cmd: MergeSegments, now: int) -> Outcome:
     meta, merged = table.streams.get(cmd.sid), cmd.segment
     if meta is None or merged.packed or not meta.fork_pos <= merged.lo < merged.hi <= meta.tiered:
-        return Outcome(Code.STALE)
+        return _stale_upload(table, merged)
     old = list(segments(table, meta.sid, merged.lo, merged.hi))
     if len(old) < 2 or old[0].lo != merged.lo or old[-1].hi != merged.hi:
-        return Outcome(Code.STALE)
+        return _stale_upload(table, merged)
     if b"".join(r.encode_starts(merged.lo, s.record_starts()) for s in old) != merged.starts:
-        return Outcome(Code.STALE)  # not the same records: the segments changed since it was built
+        return _stale_upload(table, merged)  # not the same records: the segments changed since it was built
     for segment in old:
         table.unstage(r.SEGMENTS, r.data_key(meta.sid, segment.lo))
         release_segment(table, meta.sid, segment)

@@ -72,6 +72,8 @@ async def test_bodies_past_the_in_flight_budget_get_503_and_the_budget_is_return
         # Everything held was given back: a body of the whole limit fits again, many times over.
         for _ in range(3):
             assert (await client.post("/ds/budget/s", headers=TEXT, content=b"d" * 1000)).status_code == 204
+
+
 async def test_a_body_sent_slowly_holds_only_what_it_has_sent(tmp_path: Path) -> None:
     """A client that declares a large body and trickles it must not hold the budget it has not used:
     a few of them would turn every other write away."""
@@ -91,5 +93,3 @@ async def test_a_body_sent_slowly_holds_only_what_it_has_sent(tmp_path: Path) ->
         assert (await client.post("/ds/budget/s", headers=TEXT, content=b"b" * 1000)).status_code == 204
         release.set()
         assert (await holding).status_code == 204
-
-

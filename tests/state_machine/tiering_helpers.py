@@ -165,10 +165,13 @@ class TH(H):
         again = StateMachine(self.kv)
         return again.untiered_bytes, again.local_bytes
 
-    def state(self) -> tuple:
-        """Everything a rejected command must leave alone (the applied index aside)."""
+    def state(self, but_queue: bool = False) -> tuple:
+        """Everything a rejected command must leave alone (the applied index aside; with `but_queue`,
+        the deletion queue too: a stale upload queues its object)."""
         kv = dump(self.kv)
         kv.pop(r.SM_META)
+        if but_queue:
+            kv.pop(r.GC_QUEUE)
         metas = {sid: r.encode(meta) for sid, meta in self.sm.streams.items()}
         return kv, metas, self.counters()
 
