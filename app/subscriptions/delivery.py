@@ -271,9 +271,14 @@ class Deliveries:
             self._in_flight.pop(key, None)
 
     async def _release(self, sub: r.Subscription, token: str, acks: list[tuple[str, int]]) -> None:
-        """Ends the delivery's lease, acknowledging `acks`."""
-        ack = Ack(sub.bucket, sub.root, sub.id, sub.wake_id or "", sub.generation, token_digest(token), acks, True)
-        await self.node.submit(ack)
+        """Ends the delivery's lease, acknowledging `acks` (those of streams it still has: one deleted
+        or unlinked since would have the whole ack refused, and the lease held until it runs out)."""
+        linked = rules.linked(self.node.machine.table, sub)
+        kept = [(path, pos) for path, pos in acks if path in linked]
+        ack = Ack(sub.bucket, sub.root, sub.id, sub.wake_id or "", sub.generation, token_digest(token), kept, True)
+        outcome = await self.node.submit(ack)
+        if outcome.code is Code.NOT_FOUND and kept:  # one went in the meantime: give the lease up alone
+            await self.node.submit(msgspec.structs.replace(ack, acks=[]))
 
     async def _deliver(self, key: bytes, sub: r.Subscription) -> None:
         webhooks, url = self.node.webhooks, sub.webhook_url

@@ -242,3 +242,31 @@ def test_a_failed_delivery_is_retried_later_not_at_once(node: FakeNode) -> None:
         return deliveries.failed
 
     assert asyncio.run(run()) == 1  # the clock has not moved: the retry is not due
+
+
+def test_a_stream_deleted_while_its_webhook_was_out_does_not_keep_the_lease(node: FakeNode) -> None:
+    """The answer acknowledges the streams the notification listed; one deleted meanwhile would have
+    the whole ack refused and the lease held until it ran out, every other stream's ack lost."""
+
+    async def check(target: str, allowed: object) -> Sequence[IPAddress]:
+        return [ipaddress.ip_address("127.0.0.2")]
+
+    async def post(url: str, addresses: Sequence[IPAddress], body: bytes, headers: dict[str, str]) -> httpx.Response:
+        node.apply(DeleteStream(B, "orders/2"))  # while the receiver handles it
+        return httpx.Response(200, content=b'{"done":true}', request=httpx.Request("POST", url))
+
+    _stream(node, "orders/1")
+    _stream(node, "orders/2")
+    node.apply(PutSubscription(B, "", "h", "webhook", "orders/*", [], "http://x/", None, 30_000, None, "http://r"))
+    node.apply(Append(B, "orders/1", JSON, memoryview(b"1")))
+    node.apply(Append(B, "orders/2", JSON, memoryview(b"2")))
+
+    async def deliver() -> None:
+        deliveries = Deliveries(node, post=post, check=check)
+        await deliveries.run_once()
+        await asyncio.gather(*deliveries._in_flight.values())
+
+    asyncio.run(deliver())
+    found = rules.find(node.machine.table, B, "", "h")
+    assert found is not None and found.holder is None  # the lease is given up at once
+    assert found.acked == {"orders/1": 1} and not rules.pending(node.machine.table, found)
