@@ -61,6 +61,8 @@ async def publish(engine: Engine, call: Call, target: StreamTarget, token: str) 
         command.inline = body
         outcome = await engine.submit(command)
     else:
+        if engine.quotas is not None:  # refused before the upload, not after it
+            engine.quotas.check(command, engine.now_ms())
         command.key = snapshot_key(target.bucket, target.name, sha256)
         async with engine.uploading_key(command.key):
             await _upload(engine, command.key, body)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from app.domain.errors import ProtocolError
-from app.state_machine.commands import Append, AppendBatch, Command, CreateStream
+from app.state_machine.commands import Append, AppendBatch, Command, CreateStream, PublishSnapshot
 from app.state_machine.machine import StateMachine
 
 REFRESH_MS = 1000
@@ -21,7 +21,9 @@ REFRESH_MS = 1000
 
 class BucketQuota(BaseModel):
     max_streams: int = Field(default=1_000_000, ge=0, description="streams the bucket may hold; 0: no limit")
-    max_bytes: int = Field(default=0, ge=0, description="bytes its streams may keep (after retention); 0: no limit")
+    max_bytes: int = Field(
+        default=0, ge=0, description="bytes its streams may keep (after retention), snapshots included; 0: no limit"
+    )
 
 
 @dataclass
@@ -57,6 +59,8 @@ class Quotas:
             return None
         quota = self.limits(bucket)
         new_stream = isinstance(command, CreateStream) and self.machine.lookup(bucket, command.stream) is None
+        if isinstance(command, PublishSnapshot) and self._published(command):
+            return None  # the same snapshot again adds nothing (another at that offset is refused)
         # An append with no byte quota needs no usage: the hot path stays a dictionary lookup.
         if not (new_stream and quota.max_streams) and not (adds and quota.max_bytes):
             return None
@@ -66,6 +70,10 @@ class Quotas:
         if adds and quota.max_bytes and usage.bytes + adds > quota.max_bytes:
             raise _exceeded(f"bucket {bucket!r} would pass its quota of {quota.max_bytes} bytes")
         return Charge(bucket, int(new_stream), adds)
+
+    def _published(self, command: PublishSnapshot) -> bool:
+        meta = self.machine.lookup(command.bucket, command.stream)
+        return meta is not None and self.machine.snapshot_at(meta.sid, command.pos) is not None
 
     def charge(self, charge: Charge) -> None:
         """Counts an accepted write until the next refresh sees it in the applied state."""
@@ -88,6 +96,8 @@ def _what(command: Command) -> tuple[str | None, int]:
         return command.bucket, len(command.body)
     if isinstance(command, AppendBatch):
         return command.bucket, sum(len(b) for b in command.bodies)
+    if isinstance(command, PublishSnapshot):
+        return command.bucket, command.size
     return None, 0
 
 

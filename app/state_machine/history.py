@@ -42,6 +42,7 @@ def publish_snapshot(table: StreamTable, cmd: PublishSnapshot, now: int) -> Outc
             return history_outcome(Code.SNAPSHOT_MISMATCH, meta, "the latest snapshot does not match")
     snapshot = r.PublishedSnapshot(cmd.content_type, cmd.sha256, cmd.size, now, cmd.inline, cmd.key)
     table.stage(r.STREAM_SNAPSHOTS, r.data_key(meta.sid, cmd.pos), r.encode(snapshot))
+    table.count_snapshot(meta.bucket, cmd.size)
     if cmd.key is not None:
         dequeue_object(table, cmd.key)  # the same content may have been queued
     if meta.latest_snapshot is None or cmd.pos > meta.latest_snapshot:
@@ -66,6 +67,7 @@ def delete_snapshot(table: StreamTable, cmd: DeleteSnapshot, now: int) -> Outcom
     if cmd.pos == meta.latest_snapshot:
         return history_outcome(Code.SNAPSHOT_LATEST, meta, "the latest snapshot cannot be deleted")
     table.unstage(r.STREAM_SNAPSHOTS, r.data_key(meta.sid, cmd.pos))
+    table.count_snapshot(meta.bucket, -found.size)
     if found.key is not None and found.key not in snapshot_keys(table, meta.sid, but=cmd.pos):
         enqueue_object(table, found.key)
     return history_outcome(Code.DELETED, meta)

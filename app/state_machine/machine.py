@@ -204,9 +204,9 @@ class StateMachine:
         return reader.bucket_streams(self.table, bucket, prefix, after)
 
     def bucket_usage(self, bucket: str) -> tuple[int, int]:
-        """(streams, bytes of their own records still kept) of a bucket, for quotas."""
+        """(streams, bytes of their own records still kept and of their snapshots) of a bucket, for quotas."""
         streams, kept = self.table.usage.get(bucket, (0, 0))
-        return streams, kept
+        return streams, kept + self.table.snapshot_bytes.get(bucket, 0)
 
     def owner(self, meta: r.StreamMeta, pos: int) -> r.StreamMeta:
         return reader.owner(self.table, meta, pos)

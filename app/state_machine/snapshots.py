@@ -28,6 +28,10 @@ def snapshot_keys(table: StreamTable, sid: int, but: int | None = None) -> set[s
 def drop_snapshots(table: StreamTable, sid: int) -> None:
     """A hard-deleted stream's snapshots, and their objects."""
     keys = snapshot_keys(table, sid)
+    owner = table.streams.get(sid)
+    if owner is not None:
+        found = table.scan(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1))
+        table.count_snapshot(owner.bucket, -sum(r.decode_snapshot(raw).size for raw in found.values()))
     table.batch.delete_range(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1))
     for key in sorted(keys):
         enqueue_object(table, key)

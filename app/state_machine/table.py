@@ -64,6 +64,12 @@ class StreamTable:
             self.local_bytes += meta.tail - meta.evicted
             self.upkeep.note(meta)
             self.count_usage(meta.bucket, 1, kept(meta))
+        # bucket -> bytes of its streams' published snapshots (quotas count them with the records)
+        self.snapshot_bytes: dict[str, int] = {}
+        for key, value in kv.scan(r.STREAM_SNAPSHOTS, b""):
+            owner = self.streams.get(r.U64.unpack_from(key)[0])
+            if owner is not None:
+                self.count_snapshot(owner.bucket, r.decode_snapshot(value).size)
         # Streams the batch in progress created: not yet in the store's name index.
         self.created: list[r.StreamMeta] = []
         # Streams the entry being applied wrote records to: the subscriptions covering them may wake.
@@ -162,6 +168,13 @@ class StreamTable:
         usage[1] += kept
         if not usage[0]:
             del self.usage[bucket]
+
+    def count_snapshot(self, bucket: str, size: int) -> None:
+        total = self.snapshot_bytes.get(bucket, 0) + size
+        if total:
+            self.snapshot_bytes[bucket] = total
+        else:
+            self.snapshot_bytes.pop(bucket, None)
 
     def set_membership(self, data: bytes) -> None:
         self.membership = decode_membership(data)

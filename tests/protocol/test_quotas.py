@@ -48,6 +48,23 @@ async def test_a_bucket_keeps_at_most_its_quota_of_bytes_and_others_are_unaffect
         assert (await client.head("/ds/small/t")).status_code == 404
 
 
+async def test_published_snapshots_count_against_the_bytes_quota(tmp_path: Path) -> None:
+    """A writer must not store past its quota as snapshots: up to 64 MiB at every message boundary."""
+    quotas = {"small": BucketQuota(max_bytes=1000)}
+    async with node_client(tmp_path, bucket_quotas=quotas) as client:
+        assert (await client.put("/ds/small")).status_code == 201
+        assert (await client.put("/ds/small/s", headers=TEXT, content=b"x" * 100)).status_code == 201
+        offset = "0000000000000000_0000000000000100"
+        assert (await client.put(f"/ds/small/s/snapshot/{offset}", headers=TEXT, content=b"s" * 800)).status_code == 201
+        await asyncio.sleep(1.1)  # usage is refreshed from the applied state at most a second late
+        error_code(await client.post("/ds/small/s", headers=TEXT, content=b"y" * 200), 429, "quota_exceeded")
+        assert (await client.post("/ds/small/s", headers=TEXT, content=b"y" * 50)).status_code == 204
+        big = await client.put("/ds/small/s/snapshot/0000000000000000_0000000000000150", headers=TEXT,
+                               content=b"b" * 300_000)  # fmt: skip
+        error_code(big, 429, "quota_exceeded")  # refused before its upload
+        assert (await client.put(f"/ds/small/s/snapshot/{offset}", headers=TEXT, content=b"s" * 800)).status_code == 204
+
+
 async def test_bodies_past_the_in_flight_budget_get_503_and_the_budget_is_returned(tmp_path: Path) -> None:
     async with node_client(tmp_path, max_body_bytes=1000, body_budget_bytes=1500) as client:
         assert (await client.put("/ds/budget")).status_code == 201
