@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.security.quotas import BucketQuota
@@ -65,20 +67,27 @@ async def test_published_snapshots_count_against_the_bytes_quota(tmp_path: Path)
         assert (await client.put(f"/ds/small/s/snapshot/{offset}", headers=TEXT, content=b"s" * 800)).status_code == 204
 
 
+def _held_back(
+    client: httpx.AsyncClient, first: int, rest: int, release: asyncio.Event
+) -> asyncio.Task[httpx.Response]:
+    """An append declaring `first + rest` bytes that sends `first` of them, the rest once `release` is set."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"a" * first
+        await release.wait()
+        yield b"a" * rest
+
+    headers = {**TEXT, "content-length": str(first + rest)}
+    return asyncio.create_task(client.post("/ds/budget/s", headers=headers, content=body()))
+
+
 async def test_bodies_past_the_in_flight_budget_get_503_and_the_budget_is_returned(tmp_path: Path) -> None:
     async with node_client(tmp_path, max_body_bytes=1000, body_budget_bytes=1500) as client:
         assert (await client.put("/ds/budget")).status_code == 201
         assert (await client.put("/ds/budget/s", headers=TEXT)).status_code == 201
         # One body in flight holds what it has sent, 900 bytes: a second large one does not fit.
         release = asyncio.Event()
-
-        async def slow_body() -> object:
-            yield b"a" * 900
-            await release.wait()
-            yield b"a" * 100
-
-        holding = asyncio.create_task(client.post("/ds/budget/s", headers={**TEXT, "content-length": "1000"},
-                                                  content=slow_body()))  # fmt: skip
+        holding = _held_back(client, 900, 100, release)
         await asyncio.sleep(0.2)
         resp = await client.post("/ds/budget/s", headers=TEXT, content=b"b" * 700)
         error_code(resp, 503, "server_busy")
@@ -98,14 +107,7 @@ async def test_a_body_sent_slowly_holds_only_what_it_has_sent(tmp_path: Path) ->
         assert (await client.put("/ds/budget")).status_code == 201
         assert (await client.put("/ds/budget/s", headers=TEXT)).status_code == 201
         release = asyncio.Event()
-
-        async def trickle() -> object:
-            yield b"a" * 100
-            await release.wait()
-            yield b"a" * 900
-
-        holding = asyncio.create_task(client.post("/ds/budget/s", headers={**TEXT, "content-length": "1000"},
-                                                  content=trickle()))  # fmt: skip
+        holding = _held_back(client, 100, 900, release)
         await asyncio.sleep(0.2)
         assert (await client.post("/ds/budget/s", headers=TEXT, content=b"b" * 1000)).status_code == 204
         release.set()
