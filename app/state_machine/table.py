@@ -2,7 +2,8 @@
 
 Rules write only through the batch of the apply in progress; `commit` writes it together with the
 new applied index in one KV write batch, so a crash never leaves an entry half-applied. Staged
-writes stay readable to later entries of the same batch.
+writes and deletes are seen by later entries of the same batch (`get`, `scan`): a replica batches
+entries as they reach it, and each must end in the same state as one that applied them one by one.
 """
 
 from __future__ import annotations
