@@ -391,18 +391,19 @@ class Engine:
                 self._read_touches.pop(sid, None)
             elif at <= now:
                 expired.append(sid)
+                if len(expired) == COLLECT_AT_ONCE:
+                    break  # the rest stay scheduled: a sweep looks at what it can collect, not at all that is due
             else:
                 upkeep.schedule(sid, at)  # touched since it was scheduled
         if len(self._read_touches) > 2 * upkeep.expiring + 1024:  # streams deleted meanwhile
             self._read_touches = {s: t for s, t in self._read_touches.items() if upkeep.is_expiring(s)}
-        taken = expired[:COLLECT_AT_ONCE]
         try:
-            if taken:
-                await self.submit(CollectExpired(taken))
+            if expired:
+                await self.submit(CollectExpired(expired))
         except ProtocolError:
             log.info("expiry sweep deferred: no leader")
         finally:
-            for sid in expired:  # not collected (the rest, or the proposal failed): the next sweep's
+            for sid in expired:  # not collected (the proposal failed): the next sweep's
                 meta = self.machine.streams.get(sid)
                 if meta is None or meta.deleted:
                     self._read_touches.pop(sid, None)

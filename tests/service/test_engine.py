@@ -13,6 +13,7 @@ from app.cluster.driver import RaftNode
 from app.cluster.log_store import LogStore
 from app.domain.errors import LeaderOnly, ProtocolError
 from app.raft.messages import Membership
+from app.service import engine as engine_module
 from app.service.engine import Engine
 from app.service.limits import Limits
 from app.service.signals import Signals
@@ -167,6 +168,29 @@ def test_the_expiry_sweep_removes_what_expired_and_looks_at_no_other_stream() ->
             assert await sweep_at(9.5) == {sid["read"], sid["fresh"]} and not alive("read") and not alive("fresh")
             assert await sweep_at(60) == set() and engine.machine.upkeep.expiring == 0
             assert alive("plain0")
+
+    asyncio.run(scenario())
+
+
+def test_a_sweep_looks_at_no_more_expired_streams_than_it_collects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many streams expiring at once are collected a batch per sweep, each sweep looking at one batch:
+    looking at all of them every time made the sweeps quadratic in their number."""
+    clock = FakeClock()
+    monkeypatch.setattr(engine_module, "COLLECT_AT_ONCE", 50)
+
+    async def scenario() -> None:
+        async with engine_on(clock) as engine:
+            await engine.submit(CreateBucket("b"))
+            for i in range(200):
+                await engine.submit(CreateStream("b", f"s{i}", "text/plain", False, ttl=5))
+            visited: list[int] = []
+            engine.machine.table.streams = Counting(engine.machine.table.streams, visited)
+            clock.now = START_MS + 6_000
+            for left in (150, 100, 50, 0):
+                visited.clear()
+                await engine.collect_expired()
+                assert len(set(visited)) <= 50 + 1
+                assert sum(engine.lookup("b", f"s{i}") is not None for i in range(200)) == left
 
     asyncio.run(scenario())
 
