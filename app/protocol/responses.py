@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from app.domain.errors import ProtocolError
 from app.domain.offsets import format_offset
 from app.protocol.headers import format_expires_at
 from app.state_machine.commands import Code, Outcome
 from app.state_machine.records import StreamMeta
+
+if TYPE_CHECKING:
+    from app.service.engine import Engine
 
 # Error outcomes: (status, message when the outcome carries none).
 _ERRORS: dict[Code, tuple[int, str]] = {
@@ -110,3 +116,17 @@ def trimmed(meta: StreamMeta) -> ProtocolError:
 
 def etag(meta: StreamMeta, start: int, end: int, closed: bool) -> str:
     return f'"{meta.sid}:{start}:{end}{":c" if closed else ""}"'
+
+
+async def refuse_early(
+    engine: Engine, refusal: Callable[[], Outcome | None], raise_: Callable[[Outcome], None] = raise_for
+) -> None:
+    """Raises the refusal the applied state gives, confirmed after a read barrier (a new leader may
+    not have applied all it committed yet); returns when the request may be proposed. A request
+    that will be refused makes no log entry for every replica to store and apply."""
+    if refusal() is None:
+        return
+    await engine.read_barrier()
+    refused = refusal()
+    if refused is not None:
+        raise_(refused)

@@ -27,7 +27,7 @@ from app.domain.offsets import format_offset, parse_position
 from app.protocol.bodies import read_body
 from app.protocol.errors import answer, error_reply
 from app.protocol.http import Call, Reply, absolute_url
-from app.protocol.responses import NO_STORE, raise_for
+from app.protocol.responses import NO_STORE, raise_for, refuse_early
 from app.protocol.target import NAMESPACE, ControlTarget, validate_stream_id
 from app.runtime import blocking
 from app.security.authenticator import unauthorized
@@ -146,14 +146,7 @@ async def _dispatch(engine: Engine, call: Call, t: ControlTarget) -> Reply:
 
 
 async def _refuse_early(engine: Engine, refusal: Callable[[], Outcome | None]) -> None:
-    """Raises the refusal the applied state gives, confirmed after a read barrier (a new leader may
-    not have applied all it committed yet); returns when the request may be proposed."""
-    if refusal() is None:
-        return
-    await engine.read_barrier()
-    refused = refusal()
-    if refused is not None:
-        _raise(refused)
+    await refuse_early(engine, refusal, _raise)
 
 
 def _find(engine: Engine, t: ControlTarget) -> r.Subscription | None:

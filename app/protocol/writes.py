@@ -16,10 +16,11 @@ from app.protocol.headers import (
     parse_ttl,
 )
 from app.protocol.http import Call, Reply, absolute_url
-from app.protocol.responses import raise_for, write_headers
+from app.protocol.responses import raise_for, refuse_early, write_headers
 from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
+from app.state_machine import streams as rules
 from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
 from app.state_machine.reader import MAX_JSON_SUB_OFFSET
 from app.tiering.keys import check_storable
@@ -96,6 +97,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         retention_bytes=retention_bytes,
     )
     del body  # as in `append`: the entry holds the bytes once submitted
+    await refuse_early(engine, lambda: rules.create_refusal(engine.table, command, engine.now_ms()))
     outcome = await engine.submit(command)
     raise_for(outcome)
     meta = engine.stream(outcome.sid)
@@ -133,6 +135,7 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         touched=_touched(engine, target),
     )
     del body  # the engine drops the command's reference once the entry holds the bytes
+    await refuse_early(engine, lambda: rules.append_refusal(engine.table, command, engine.now_ms()))
     outcome = await engine.submit(command)
     raise_for(outcome)
     return Reply(200 if outcome.fresh_producer else 204, write_headers(outcome))
@@ -140,6 +143,7 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
 
 async def delete(engine: Engine, target: StreamTarget) -> Reply:
     _require_bucket(engine, target)
-    outcome = await engine.submit(DeleteStream(target.bucket, target.name, touched=_touched(engine, target)))
-    raise_for(outcome)
+    command = DeleteStream(target.bucket, target.name, touched=_touched(engine, target))
+    await refuse_early(engine, lambda: rules.delete_refusal(engine.table, command, engine.now_ms()))
+    raise_for(await engine.submit(command))
     return Reply(204)

@@ -137,6 +137,72 @@ def append(table: StreamTable, cmd: Append, now: int) -> Outcome:
     return outcome
 
 
+def append_refusal(table: StreamTable, cmd: Append, now: int) -> Outcome | None:
+    """The refusal `append` would answer `cmd` with, known from the applied state without changing
+    it; None when it may be accepted (or is a producer's duplicate, which the apply answers)."""
+    if cmd.bucket not in table.buckets:
+        return Outcome(Code.BUCKET_NOT_FOUND)
+    meta = _present(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    if isinstance(meta, Outcome):
+        return meta
+    if cmd.producer is not None:
+        refused = refusal(table, meta, cmd.producer)
+        if refused is not None:
+            return None if refused.code is Code.DUPLICATE else refused
+    if meta.closed:
+        return stream_outcome(Code.STREAM_CLOSED, meta, "stream is closed") if cmd.body else None
+    if cmd.body:
+        ct = cmd.content_type
+        if ct is not None and ct != meta.content_type and media_type(ct) != media_type(meta.content_type):
+            return stream_outcome(Code.CONTENT_TYPE_MISMATCH, meta, "content type does not match the stream")
+        if cmd.stream_seq is not None and meta.stream_seq is not None and cmd.stream_seq <= meta.stream_seq:
+            return stream_outcome(Code.SEQ_CONFLICT, meta, "Stream-Seq must increase")
+    return None
+
+
+def delete_refusal(table: StreamTable, cmd: DeleteStream, now: int) -> Outcome | None:
+    if cmd.bucket not in table.buckets:
+        return Outcome(Code.BUCKET_NOT_FOUND)
+    found = _present(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    return found if isinstance(found, Outcome) else None
+
+
+def create_refusal(table: StreamTable, cmd: CreateStream, now: int) -> Outcome | None:
+    """The refusals of `create_stream` known from the applied state: a missing or deleted fork source,
+    and an existing stream of another configuration. The rest is left to the apply."""
+    if cmd.bucket not in table.buckets:
+        return Outcome(Code.BUCKET_NOT_FOUND)
+    if cmd.fork_stream is not None:
+        source = _present(table, cmd.bucket, cmd.fork_stream, now, 0)
+        if isinstance(source, Outcome):
+            if source.code is Code.GONE:
+                return Outcome(Code.SOURCE_DELETED, "fork source is deleted")
+            return Outcome(Code.NOT_FOUND, "fork source not found")
+        return None
+    sid = table.names.get((cmd.bucket, cmd.stream))
+    current = table.streams[sid] if sid is not None else None
+    if current is None or current.expired(now, cmd.touched):
+        return None
+    if current.deleted:
+        return Outcome(Code.CONFIG_MISMATCH, "stream is deleted but still referenced by forks")
+    if not _same_config(current, _wanted(table, cmd, None, now)):
+        return Outcome(Code.CONFIG_MISMATCH, "stream exists with a different configuration")
+    return None
+
+
+def _present(table: StreamTable, bucket: str, name: str, now: int, touched: int) -> r.StreamMeta | Outcome:
+    """`existing` without collecting an expired stream: what it would answer."""
+    sid = table.names.get((bucket, name))
+    if sid is None:
+        return Outcome(Code.NOT_FOUND)
+    meta = table.streams[sid]
+    if meta.deleted or (meta.expired(now, touched) and meta.forks > 0):
+        return Outcome(Code.GONE)  # an expired stream that forks read through is only soft-deleted
+    if meta.expired(now, touched):
+        return Outcome(Code.NOT_FOUND)
+    return meta
+
+
 def append_batch(table: StreamTable, cmd: AppendBatch, now: int) -> Outcome:
     outcomes = [
         append(table, Append(cmd.bucket, cmd.stream, cmd.content_type, memoryview(body), touched=cmd.touched), now)
