@@ -60,7 +60,8 @@ async def append_batch(engine: Engine, call: Call, target: StreamTarget) -> Repl
         except ProtocolError as exc:
             results[i] = {"status": exc.status, "error": exc.code}
     if bodies:
-        outcome = await engine.submit(AppendBatch(target.bucket, target.name, content_type, bodies))
+        touched = engine.touched_at(target.bucket, target.name)
+        outcome = await engine.submit(AppendBatch(target.bucket, target.name, content_type, bodies, touched))
         raise_for(outcome)
         for i, each in zip(where, outcome.batch or [], strict=True):
             results[i] = _result(each)

@@ -50,5 +50,7 @@ async def put_attrs(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     body = await read_body(call, engine.limits.max_body_bytes, engine.body_budget)
     attrs = parse_attrs(body)
     engine.find(target.bucket, target.name)
-    raise_for(await engine.submit(SetAttrs(target.bucket, target.name, attrs)))
+    raise_for(
+        await engine.submit(SetAttrs(target.bucket, target.name, attrs, engine.touched_at(target.bucket, target.name)))
+    )
     return Reply(204, {})

@@ -29,7 +29,9 @@ def parse_retention(value: str | None) -> tuple[int | None, int | None]:
 async def put_retention(engine: Engine, target: StreamTarget, token: str) -> Reply:
     pos = parse_position(token)
     engine.find(target.bucket, target.name)
-    outcome = await engine.submit(Retain(target.bucket, target.name, pos))
+    outcome = await engine.submit(
+        Retain(target.bucket, target.name, pos, touched=engine.touched_at(target.bucket, target.name))
+    )
     raise_for(outcome)
     headers = {
         "stream-earliest-offset": format_offset(outcome.earliest),

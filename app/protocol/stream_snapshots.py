@@ -56,6 +56,7 @@ async def publish(engine: Engine, call: Call, target: StreamTarget, token: str) 
         sha256,
         len(body),
         match=match.removeprefix("sha256:").strip() if match is not None else None,
+        touched=engine.touched_at(target.bucket, target.name),
     )
     if len(body) <= INLINE_MAX_BYTES:
         command.inline = body
@@ -137,5 +138,9 @@ async def blob(engine: Engine, snapshot: PublishedSnapshot) -> bytes:
 async def delete(engine: Engine, target: StreamTarget, token: str) -> Reply:
     pos = parse_position(token)
     engine.find(target.bucket, target.name)
-    raise_for(await engine.submit(DeleteSnapshot(target.bucket, target.name, pos)))
+    raise_for(
+        await engine.submit(
+            DeleteSnapshot(target.bucket, target.name, pos, engine.touched_at(target.bucket, target.name))
+        )
+    )
     return Reply(204, {})

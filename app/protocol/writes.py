@@ -32,8 +32,7 @@ def _require_bucket(engine: Engine, target: StreamTarget) -> None:
 
 
 def _touched(engine: Engine, target: StreamTarget) -> int:
-    meta = engine.lookup(target.bucket, target.name)
-    return engine.touched(meta.sid) if meta else 0
+    return engine.touched_at(target.bucket, target.name)
 
 
 async def _evicted_record(engine: Engine, target: StreamTarget, source: str | None, pos: int | None) -> bytes | None:
@@ -91,6 +90,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         fork_sub=fork_sub,
         content_type_given=content_type is not None,
         touched=_touched(engine, target),
+        source_touched=engine.touched_at(target.bucket, fork_name) if fork_name is not None else 0,
         evicted_record=evicted_record,
         attrs=attrs,
         retention_age=retention_age,

@@ -331,6 +331,12 @@ class Engine:
     def touched(self, sid: int) -> int:
         return self._read_touches.get(sid, 0)
 
+    def touched_at(self, bucket: str, name: str) -> int:
+        """The stream's latest read here, which renewed its sliding TTL on this node only: a command
+        naming the stream carries it, so its apply does not take the stream for expired."""
+        meta = self.lookup(bucket, name)
+        return self.touched(meta.sid) if meta else 0
+
     def find(self, bucket: str, name: str) -> StreamMeta:
         """The live stream at (bucket, name), or a 404/410 ProtocolError."""
         if bucket not in self.machine.buckets:

@@ -50,6 +50,7 @@ class CreateStream(msgspec.Struct, tag="cs", array_like=True):
     attrs: bytes = b""  # canonical JSON from Stream-Attrs; part of idempotent-create matching
     retention_age: int | None = None
     retention_bytes: int | None = None
+    source_touched: int = 0  # as `touched`, for the fork source
 
 
 class Append(msgspec.Struct, tag="ap", array_like=True):
@@ -77,6 +78,7 @@ class SetAttrs(msgspec.Struct, tag="sa", array_like=True):
     bucket: str
     stream: str
     attrs: bytes  # canonical JSON object
+    touched: int = 0
 
 
 class Retain(msgspec.Struct, tag="rt", array_like=True):
@@ -87,6 +89,7 @@ class Retain(msgspec.Struct, tag="rt", array_like=True):
     stream: str
     pos: int
     auto: bool = False
+    touched: int = 0
 
 
 class PublishSnapshot(msgspec.Struct, tag="ps", array_like=True):
@@ -99,12 +102,14 @@ class PublishSnapshot(msgspec.Struct, tag="ps", array_like=True):
     inline: bytes | None = None  # small blobs live in the state machine
     key: str | None = None  # large ones in the object store, uploaded before this was proposed
     match: str | None = None  # compare-and-set: the latest snapshot's digest must be this
+    touched: int = 0
 
 
 class DeleteSnapshot(msgspec.Struct, tag="xs", array_like=True):
     bucket: str
     stream: str
     pos: int
+    touched: int = 0
 
 
 class DeleteStream(msgspec.Struct, tag="ds", array_like=True):

@@ -35,7 +35,7 @@ def existing(table: StreamTable, bucket: str, name: str, now: int, touched: int 
 
 
 def touch(table: StreamTable, cmd: Touch, now: int) -> Outcome:
-    meta = live(table, cmd.bucket, cmd.stream, now)
+    meta = live(table, cmd.bucket, cmd.stream, now, now)  # the Touch stands for a read of the live stream
     if meta is None or meta.deleted:
         return Outcome(Code.NOT_FOUND)
     meta.touched_at = max(meta.touched_at, now)

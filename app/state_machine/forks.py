@@ -27,7 +27,7 @@ class ForkPoint:
 def fork_point(table: StreamTable, cmd: CreateStream, now: int) -> ForkPoint | Outcome:
     """The fork point `cmd` asks for (it names a `fork_stream`), or the outcome that refuses it."""
     assert cmd.fork_stream is not None
-    source = live(table, cmd.bucket, cmd.fork_stream, now)
+    source = live(table, cmd.bucket, cmd.fork_stream, now, cmd.source_touched)
     if source is None:
         return Outcome(Code.NOT_FOUND, "fork source not found")
     if source.deleted:

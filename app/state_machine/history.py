@@ -13,7 +13,7 @@ from app.state_machine.table import StreamTable, kept
 
 
 def set_attrs(table: StreamTable, cmd: SetAttrs, now: int) -> Outcome:
-    meta = existing(table, cmd.bucket, cmd.stream, now)
+    meta = existing(table, cmd.bucket, cmd.stream, now, cmd.touched)
     if isinstance(meta, Outcome):
         return meta
     meta.attrs = cmd.attrs  # closed streams too; offsets and ETags do not change
@@ -22,7 +22,7 @@ def set_attrs(table: StreamTable, cmd: SetAttrs, now: int) -> Outcome:
 
 
 def publish_snapshot(table: StreamTable, cmd: PublishSnapshot, now: int) -> Outcome:
-    meta = existing(table, cmd.bucket, cmd.stream, now)
+    meta = existing(table, cmd.bucket, cmd.stream, now, cmd.touched)
     if isinstance(meta, Outcome):
         return meta
     if cmd.pos > meta.tail:
@@ -58,7 +58,7 @@ def _snapshot_outcome(code: Code, meta: r.StreamMeta, pos: int, sha256: str) -> 
 
 
 def delete_snapshot(table: StreamTable, cmd: DeleteSnapshot, now: int) -> Outcome:
-    meta = existing(table, cmd.bucket, cmd.stream, now)
+    meta = existing(table, cmd.bucket, cmd.stream, now, cmd.touched)
     if isinstance(meta, Outcome):
         return meta
     found = snapshot_at(table, meta.sid, cmd.pos)
@@ -74,7 +74,7 @@ def delete_snapshot(table: StreamTable, cmd: DeleteSnapshot, now: int) -> Outcom
 
 
 def retain(table: StreamTable, cmd: Retain, now: int) -> Outcome:
-    meta = existing(table, cmd.bucket, cmd.stream, now)
+    meta = existing(table, cmd.bucket, cmd.stream, now, cmd.touched)
     if isinstance(meta, Outcome):
         return meta
     pos = cmd.pos

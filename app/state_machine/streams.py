@@ -173,7 +173,7 @@ def create_refusal(table: StreamTable, cmd: CreateStream, now: int) -> Outcome |
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
     if cmd.fork_stream is not None:
-        source = _present(table, cmd.bucket, cmd.fork_stream, now, 0)
+        source = _present(table, cmd.bucket, cmd.fork_stream, now, cmd.source_touched)
         if isinstance(source, Outcome):
             if source.code is Code.GONE:
                 return Outcome(Code.SOURCE_DELETED, "fork source is deleted")

@@ -18,7 +18,7 @@ from app.service.engine import Engine
 from app.service.limits import Limits
 from app.service.signals import Signals
 from app.state_machine import records
-from app.state_machine.commands import Append, Code, CreateBucket, CreateStream
+from app.state_machine.commands import Append, Code, CreateBucket, CreateStream, SetAttrs
 from app.state_machine.machine import StateMachine
 from app.storage.kv import MemoryKV
 
@@ -191,6 +191,33 @@ def test_a_sweep_looks_at_no_more_expired_streams_than_it_collects(monkeypatch: 
                 await engine.collect_expired()
                 assert len(set(visited)) <= 50 + 1
                 assert sum(engine.lookup("b", f"s{i}") is not None for i in range(200)) == left
+
+    asyncio.run(scenario())
+
+
+def test_commands_born_of_reads_see_the_ttl_those_reads_renewed() -> None:
+    """A read renews a sliding TTL on the leader at once and in the log a quarter-TTL later: the
+    Touch a read proposes, a fork of the stream and a change to it must not take it for expired."""
+    clock = FakeClock()
+
+    async def scenario() -> None:
+        async with engine_on(clock) as engine:
+            await engine.submit(CreateBucket("b"))
+            for name in ("read", "forked", "attrs"):
+                await engine.submit(CreateStream("b", name, "text/plain", False, ttl=4))
+            clock.now = START_MS + 600  # each read, renewed here only (under a quarter of the TTL)
+            for name in ("read", "forked", "attrs"):
+                engine.renew(engine.find("b", name))
+            clock.now = START_MS + 4_300  # past the logged renewal's TTL, not past the local one
+            engine.renew(engine.find("b", "read"))  # proposes a Touch
+            await asyncio.sleep(0.05)
+            fork = CreateStream("b", "copy", "text/plain", False, fork_stream="forked")
+            fork.source_touched = engine.touched_at("b", "forked")
+            assert (await engine.submit(fork)).code is Code.CREATED
+            attrs = SetAttrs("b", "attrs", b'{"a":1}', engine.touched_at("b", "attrs"))
+            assert (await engine.submit(attrs)).code is Code.OK
+            for name in ("read", "forked", "attrs", "copy"):
+                assert engine.lookup("b", name) is not None, name
 
     asyncio.run(scenario())
 

@@ -246,6 +246,9 @@ class StreamsModel(ModelBase):
     @rule(name=targets)
     def touch(self, name) -> None:
         name = self.pick(name)
+        s = self.model.get(name)
+        if s is not None and not s.deleted and s.ttl is not None:
+            s.touched_at = max(s.touched_at, self.now)  # a Touch stands for a read of the live stream
         s = self.resolve(name)
         out = self.apply(Touch(B, name))
         if s is None or s.deleted:
