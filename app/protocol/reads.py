@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.domain.errors import ProtocolError, bad_request
+from app.domain.errors import ProtocolError, bad_request, missing_stream
 from app.domain.offsets import format_offset, parse_offset
 from app.protocol.cursor import next_cursor
 from app.protocol.headers import single_query
@@ -108,7 +108,10 @@ async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadReques
             await engine.signals.wait(meta.sid, live_seconds(engine, read, engine.limits.long_poll_seconds), gone)
         finally:
             gone.cancel()  # a reply to a client that left is dropped by the edge
-        meta = engine.find(target.bucket, target.name)
+        found = engine.find(target.bucket, target.name)
+        if found.sid != meta.sid:  # deleted and made again meanwhile: not the stream this read is of
+            raise missing_stream()
+        meta = found
         chunk = await engine.read(meta, pos)
     at_tail = chunk.next_pos >= meta.tail
     headers = {

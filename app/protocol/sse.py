@@ -45,7 +45,7 @@ async def serve(engine: Engine, hub: Fanout, call: Call, target: StreamTarget, r
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     disconnect = watch_disconnect(call.receive)
     try:
-        await _stream(engine, hub, call, target, read, pos, binary, send, disconnect)
+        await _stream(engine, hub, call, target, read, meta.sid, pos, binary, send, disconnect)
     finally:
         disconnect.cancel()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -57,11 +57,14 @@ async def _stream(
     call: Call,
     target: StreamTarget,
     read: ReadRequest,
+    sid: int,
     pos: int,
     binary: bool,
     send: Send,
     disconnect: asyncio.Future[None],
 ) -> None:
+    """`sid` is the stream the reader opened: one deleted and made again under its name meanwhile is
+    another stream, and the response ends rather than go on in it from this offset."""
     loop = asyncio.get_running_loop()
     limit = engine.limits.sse_max_seconds
     allowed = live_seconds(engine, read, limit)
@@ -75,6 +78,8 @@ async def _stream(
             return
         try:
             meta = engine.find(target.bucket, target.name)
+            if meta.sid != sid:
+                return
             chunk = await engine.read(meta, pos)
         except ProtocolError:
             return
