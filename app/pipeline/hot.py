@@ -9,6 +9,8 @@ tiered and evicted after planning answer 409 there; they are then read from thei
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -18,6 +20,8 @@ import pyarrow as pa
 
 from app.domain.offsets import format_offset
 from app.tiering.segment import offset_of
+
+log = logging.getLogger("rill.pipeline")
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 PAGE = 1000  # streams per listing request (the server's most)
@@ -43,6 +47,14 @@ class Server:
 
 def stream_path(bucket: str, stream: str) -> str:
     return f"/ds/{quote(bucket, safe='')}/{quote(stream, safe='/')}"
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    try:
+        code = response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return code if isinstance(code, str) else None
 
 
 def refused(response: httpx.Response, what: str) -> ServerError:
@@ -124,6 +136,11 @@ def _page(server: Server, http: httpx.Client, bucket: str, stream: str, pos: int
         return _Page(tiered=Tiered(pos, offset_of(headers["stream-tiered-offset"]), _holder(response, stream)))
     if response.status_code == 410 and "stream-earliest-offset" in headers:
         return _Page(earliest=offset_of(headers["stream-earliest-offset"]))
+    if response.status_code == 404 and _error_code(response) in ("stream_not_found", "bucket_not_found"):
+        # Deleted since the batch was planned: nothing more to read. Failing would fail every replay
+        # of the batch too, and the query could never go on.
+        log.warning("%s/%s was deleted before it was read from %s", bucket, stream, format_offset(pos))
+        return _Page(pa.table({}), pos, up_to_date=True)
     if response.status_code != 200:
         raise refused(response, f"reading {bucket}/{stream} at {format_offset(pos)} from {server.url}")
     table = pa.ipc.open_stream(response.content).read_all()
@@ -140,8 +157,8 @@ def after_records(
     with server.client() as http:
         while left > 0:
             page = _page(server, http, bucket, stream, pos, min(left, 100_000))
-            if page.tiered is not None:
-                starts = list(in_segments(page.tiered.holder, pos, page.tiered.upto))
+            if page.tiered is not None:  # as many starts as needed: each segment read is a whole object
+                starts = list(itertools.islice(in_segments(page.tiered.holder, pos, page.tiered.upto), left + 1))
                 if len(starts) > left:
                     return starts[left]
                 left -= len(starts)

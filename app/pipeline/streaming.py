@@ -35,7 +35,7 @@ from pyspark.sql.types import StructType
 
 from app.domain.offsets import format_offset
 from app.pipeline.cold import restrict, segments_between, starts_between
-from app.pipeline.hot import after_records, earliest, list_tails, next_start, read_range
+from app.pipeline.hot import DataLoss, after_records, earliest, list_tails, next_start, read_range
 from app.pipeline.options import STREAM_ONLY, TOKEN, Bounds, Range, ReadOptions
 from app.tiering.segment import offset_of
 
@@ -95,6 +95,7 @@ def _starting(value: str) -> str | dict[str, str]:
 def admit(start: dict[str, int], end: dict[str, int], max_bytes: int) -> dict[str, int]:
     """`end` cut so that the streams together advance about `max_bytes`, shared evenly between them."""
     out = dict(start)
+    out.update({name: pos for name, pos in end.items() if pos < start.get(name, 0)})  # made again: from its tail
     pending = {name: end[name] - start.get(name, 0) for name in sorted(end) if end[name] > start.get(name, 0)}
     budget = max_bytes
     while pending and budget > 0:
@@ -154,8 +155,17 @@ class RillStreamReader(sds.DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:  # noqa: N802
         positions = _positions(start)
         tails = self._target if self._target is not None else self._tails()
-        # A stream that has gone keeps its offset; one that is new is read from its start.
-        end = {**positions, **{name: max(tail, positions.get(name, 0)) for name, tail in tails.items()}}
+        for name, tail in tails.items():
+            if tail < positions.get(name, 0) and self.opts.fail_on_data_loss:
+                # A tail never moves back: the stream was deleted and made again under its name.
+                raise DataLoss(
+                    f"{self.opts.read.bucket}/{name} ends at {format_offset(tail)}, before the "
+                    f"{format_offset(positions[name])} already read: it was deleted and made again "
+                    "(failOnDataLoss=false reads it on from its tail)"
+                )
+        # A stream that has gone keeps its offset; one that is new is read from its start, and one
+        # made again on from its tail.
+        end = {**positions, **tails}
         if isinstance(limit, ReadMaxBytes):
             end = self._at_appends(positions, admit(positions, end, limit.max_bytes), end)
         elif isinstance(limit, ReadMaxRows):
