@@ -17,6 +17,7 @@ that would be refused from the applied state, without a log entry.
 
 from __future__ import annotations
 
+import bisect
 import json
 
 import msgspec
@@ -66,6 +67,20 @@ def linked(table: StreamTable, sub: r.Subscription) -> dict[str, str]:
         if not coverage.is_wake_stream(sub.bucket, prefix + path):
             found[path] = "explicit"
     return found
+
+
+def links(table: StreamTable, sub: r.Subscription, path: str) -> bool:
+    """Whether `path` is one of the subscription's streams (as `linked` would say, for one path)."""
+    name = stream_name(sub, path)
+    if table.coverage.is_wake_stream(sub.bucket, name):
+        return False
+    at = bisect.bisect_left(sub.explicit, path)  # kept sorted
+    if at < len(sub.explicit) and sub.explicit[at] == path:
+        return True
+    sid = table.names.get((sub.bucket, name))
+    meta = table.streams.get(sid) if sid is not None else None
+    key = r.subscription_key(sub.bucket, sub.root, sub.id)
+    return meta is not None and not meta.deleted and meta.sid in table.coverage.matched(key)
 
 
 def _save(table: StreamTable, sub: r.Subscription) -> Outcome:
@@ -229,10 +244,9 @@ def ack_refusal(table: StreamTable, cmd: Ack, now: int) -> Outcome | None:
     current = (sub.generation, sub.wake_id, sub.token_sha256)
     if sub.holder is None or current != (cmd.generation, cmd.wake_id, cmd.token_sha256) or now >= sub.lease_until:
         return Outcome(Code.FENCED, "this wake is no longer the subscription's current one", subscription=sub)
-    streams = linked(table, sub)
     for path, pos in cmd.acks:
         sid = table.names.get((sub.bucket, stream_name(sub, path)))
-        if path not in streams or sid is None:
+        if sid is None or not links(table, sub, path):
             return Outcome(Code.NOT_FOUND, f"{path!r} is not one of the subscription's streams", subscription=sub)
         if pos > table.streams[sid].tail:
             return Outcome(Code.BEYOND_TAIL, f"{path!r} has no position {pos} yet", subscription=sub)

@@ -164,3 +164,31 @@ def test_appends_do_not_read_subscriptions_that_were_woken_already() -> None:
         m.one(Append(B, f"{ROOT}/data/a", JSON, memoryview(b'{"x":2}')))
     assert reads == 0, "an append decoded subscriptions told of their generation already"
     assert m.tail("wake/pool") == wakes
+
+
+def test_an_ack_checks_the_streams_it_names_not_all_the_subscription_has() -> None:
+    m = Machine()
+    m.stream("events/a", b'{"x":1}')
+    for i in range(50):
+        m.stream(f"events/{i}", b'{"x":1}')
+    _acked_subscription(m)
+    assert all(subs.links(m.sm.table, m.sub(), f"events/{i}") for i in range(50))
+    assert not subs.links(m.sm.table, m.sub(), "other/1") and not subs.links(m.sm.table, m.sub(), "events/99")
+    generation = m.one(Claim(B, ROOT, "s1", "w", "wk2", "t")).subscription.generation  # type: ignore[union-attr]
+    calls = 0
+    linked = subs.linked
+
+    def counting(*args: object) -> dict[str, str]:
+        nonlocal calls
+        calls += 1
+        return linked(*args)  # type: ignore[arg-type]
+
+    subs.linked = counting  # type: ignore[assignment]
+    try:
+        ack = Ack(B, ROOT, "s1", "wk2", generation, "t", [("events/3", m.tail("events/3"))], done=False)
+        assert m.one(ack).code is Code.OK
+        missing = Ack(B, ROOT, "s1", "wk2", generation, "t", [("events/99", 0)], done=False)
+        assert m.one(missing).code is Code.NOT_FOUND
+    finally:
+        subs.linked = linked  # type: ignore[assignment]
+    assert calls == 0
