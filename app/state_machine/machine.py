@@ -121,6 +121,8 @@ class StateMachine:
                 if env is None:
                     env = decode_envelope(entry.data)
                 results.append(RULES[type(env.command)](table, env.command, env.now))
+                if table.forgotten:
+                    subscriptions.forget_positions(table)
                 if table.grown:  # per entry, not per batch: replicas batch entries differently
                     subscriptions.wake_covering(table, env.now)
         changed = table.commit(entries[-1].index, entries[-1].term)

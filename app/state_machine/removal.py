@@ -37,14 +37,8 @@ def remove(table: StreamTable, meta: r.StreamMeta) -> None:
 
 
 def _forget_positions(table: StreamTable, meta: r.StreamMeta) -> None:
-    """A stream is removed: the subscriptions covering it forget its position, so a stream made
-    again under its name is covered from its beginning."""
-    for key in sorted(table.coverage.covering(meta)):
-        raw = table.get(r.SUBSCRIPTIONS, key)
-        if raw is None:
-            continue
-        sub = r.decode_subscription(raw)
-        path = meta.name[len(sub.root) + 1 :] if sub.root else meta.name
-        if path in sub.acked:
-            del sub.acked[path]
-            table.stage(r.SUBSCRIPTIONS, key, r.encode(sub))
+    """A stream is removed: the subscriptions covering it are to forget its position (once per entry
+    for all the streams it removes: see `subscriptions.forget_positions`), so a stream made again
+    under its name is covered from its beginning."""
+    for key in table.coverage.covering(meta):
+        table.forgotten.setdefault(key, set()).add(meta.name[len(table.coverage.scopes[key].prefix) :])

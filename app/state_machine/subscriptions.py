@@ -214,6 +214,19 @@ def link_streams(table: StreamTable, cmd: LinkStreams, now: int) -> Outcome:
     return _save(table, changed)
 
 
+def forget_positions(table: StreamTable) -> None:
+    """Each subscription forgets the positions of the streams the entry removed, in one write."""
+    forgotten, table.forgotten = table.forgotten, {}
+    for key in sorted(forgotten):
+        raw = table.get(r.SUBSCRIPTIONS, key)
+        if raw is None:
+            continue
+        sub = r.decode_subscription(raw)
+        if not forgotten[key].isdisjoint(sub.acked):
+            sub.acked = {path: pos for path, pos in sub.acked.items() if path not in forgotten[key]}
+            table.stage(r.SUBSCRIPTIONS, key, r.encode(sub))
+
+
 def claim_refusal(table: StreamTable, cmd: Claim, now: int) -> Outcome | None:
     sub = find(table, cmd.bucket, cmd.root, cmd.id)
     if sub is None:

@@ -73,6 +73,8 @@ class StreamTable:
                 self.count_snapshot(owner.bucket, r.decode_snapshot(value).size)
         # Streams the batch in progress created: not yet in the store's name index.
         self.created: list[r.StreamMeta] = []
+        # Subscriptions whose positions of removed streams the entry being applied is to forget.
+        self.forgotten: dict[bytes, set[str]] = {}
         # Streams the entry being applied wrote records to: the subscriptions covering them may wake.
         self.grown: list[int] = []
         self.coverage = Coverage()

@@ -12,6 +12,7 @@ from app.state_machine.commands import (
     Append,
     Claim,
     Code,
+    CollectExpired,
     Command,
     CreateBucket,
     CreateStream,
@@ -23,7 +24,7 @@ from app.state_machine.commands import (
     PutSubscription,
 )
 from app.state_machine.glob import Glob
-from tests.state_machine.helpers import JSON, TEXT, B, H, dump
+from tests.state_machine.helpers import JSON, T0, TEXT, B, H, dump
 from tests.state_machine.test_subscriptions import ROOT, Machine
 
 
@@ -192,3 +193,25 @@ def test_an_ack_checks_the_streams_it_names_not_all_the_subscription_has() -> No
     finally:
         subs.linked = linked  # type: ignore[assignment]
     assert calls == 0
+
+
+def test_an_entry_removing_many_streams_rewrites_each_subscription_once() -> None:
+    m = Machine()
+    for i in range(20):
+        name = f"{ROOT}/events/{i}"
+        assert m.one(CreateStream(B, name, JSON, True, ttl=1)).code is Code.CREATED
+        m.one(Append(B, name, JSON, memoryview(b'{"x":1}')))
+    m.one(PutSubscription(B, ROOT, "s1", "pull-wake", "events/*", [], None, "wake/pool", 600_000, None))
+    assert len(m.sub().acked) == 20
+    writes = 0
+    stage = m.sm.table.stage
+
+    def counting(cf: str, key: bytes, value: object) -> None:
+        nonlocal writes
+        writes += cf == r.SUBSCRIPTIONS
+        stage(cf, key, value)  # type: ignore[arg-type]
+
+    m.sm.table.stage = counting  # type: ignore[method-assign]
+    sids = [m.sm.names[(B, f"{ROOT}/events/{i}")] for i in range(20)]
+    m.one(CollectExpired(sids), now=T0 + 60_000)
+    assert m.sub().acked == {} and writes == 1
