@@ -6,9 +6,9 @@ snapshot. Only a stream's own records are looked at (a fork's history below its 
 source's to keep).
 
 A pass looks at the streams with retention that were written since the last pass (a max-bytes
-limit is passed only by growing) and at those whose max-age check is due: every tenth of their
-max-age, at least a second apart, so a record outlives its max-age by at most a tenth of it plus a
-pass. A new term looks at every one once.
+limit is passed only by growing) and at those whose max-age check is due: when their oldest record
+kept passes the max-age, at least a second apart, so an idle stream costs no pass until then. A new
+term looks at every one once.
 """
 
 from __future__ import annotations
@@ -51,10 +51,14 @@ class RetentionSchedule:
                 written.add(sid)
         return sorted(written)
 
-    def checked(self, meta: StreamMeta, now: int) -> None:
-        """The stream was looked at: a max-age is looked at again a tenth of it later."""
-        if meta.retention_age is not None:
-            self.again(meta.sid, now + max(MIN_RECHECK_MS, meta.retention_age * 100))
+    def checked(self, machine: StateMachine, meta: StreamMeta, now: int) -> None:
+        """The stream was looked at: a max-age is looked at again when its oldest record passes it
+        (a stream with none is looked at again once written), at least a second from now."""
+        if meta.retention_age is None:
+            return
+        oldest = _oldest_time(machine, meta)
+        if oldest is not None:
+            self.again(meta.sid, max(now + MIN_RECHECK_MS, oldest + meta.retention_age * 1000))
 
     def again(self, sid: int, at: int) -> None:
         known = self._next.get(sid)
@@ -79,6 +83,20 @@ def retention_target(machine: StateMachine, meta: StreamMeta, now: int) -> int |
     if meta.latest_snapshot is not None:
         target = min(target, meta.latest_snapshot)
     return target if target > meta.earliest else None
+
+
+def _oldest_time(machine: StateMachine, meta: StreamMeta) -> int | None:
+    """When the stream's oldest own record kept was appended (its segment's oldest, once evicted)."""
+    pos = max(meta.earliest, meta.fork_pos)
+    if pos >= meta.tail:
+        return None
+    if pos < meta.evicted:
+        segment = machine.segment_at(meta.sid, pos)
+        return segment.min_time if segment is not None else None
+    end = r.data_key(meta.sid, meta.tail)
+    for _, value in machine.kv.scan_heads(r.DATA, r.data_key(meta.sid, pos), end, r.RECORD_HEADER_SIZE):
+        return r.record_time(value)
+    return None
 
 
 def _boundary_at_or_after(machine: StateMachine, meta: StreamMeta, pos: int) -> int:

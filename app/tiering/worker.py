@@ -213,7 +213,7 @@ class TieringWorker:
                     continue
                 if target is not None:
                     await self.node.submit(Retain(meta.bucket, meta.name, target, auto=True))
-                self.retention.checked(meta, now)
+                self.retention.checked(self.machine, meta, now)
         except BaseException:
             self.retention.retry(due[n:], now)  # the pass stopped: what it did not reach waits
             raise
