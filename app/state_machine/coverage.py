@@ -103,6 +103,9 @@ class Coverage:
                 _discard(self._by_stream, sid, key)
         self.woken.discard(key)
 
+    def patterns_in(self, bucket: str) -> int:
+        return len(self._patterns.get(bucket, ()))
+
     def stream_added(self, meta: r.StreamMeta) -> None:
         for key in self._patterns.get(meta.bucket, ()):
             if self.scopes[key].matches(meta.bucket, meta.name):

@@ -41,6 +41,9 @@ from app.state_machine.coverage import Scope
 from app.state_machine.glob import PatternRejected, validate_pattern
 from app.state_machine.table import StreamTable
 
+# Subscriptions with a pattern in one bucket: each stream created in it is matched against them all,
+# on every replica (and each is matched against the bucket's streams at load).
+MAX_PATTERNS = 256
 MAX_EXPLICIT = 10_000  # streams one subscription names explicitly: each link request's apply reads them all
 _CONFIG = ("type", "pattern", "webhook_url", "wake_stream", "lease_ttl_ms", "description")
 
@@ -107,6 +110,9 @@ def put_refusal(table: StreamTable, cmd: PutSubscription) -> Outcome | None:
             validate_pattern(cmd.pattern)
         except PatternRejected as exc:
             return Outcome(Code.INVALID_PATTERN, str(exc))
+        if table.coverage.patterns_in(cmd.bucket) >= MAX_PATTERNS:
+            message = f"a bucket holds at most {MAX_PATTERNS} subscriptions with a pattern"
+            return Outcome(Code.TOO_MANY_SUBSCRIPTIONS, message)
     if cmd.wake_stream is not None:
         root = f"{cmd.root}/" if cmd.root else ""
         if (cmd.bucket, root + cmd.wake_stream) not in table.names:

@@ -5,6 +5,8 @@ the apply cost of many quiet subscriptions."""
 
 from __future__ import annotations
 
+import pytest
+
 from app.state_machine import records as r
 from app.state_machine import subscriptions as subs
 from app.state_machine.commands import (
@@ -215,3 +217,18 @@ def test_an_entry_removing_many_streams_rewrites_each_subscription_once() -> Non
     sids = [m.sm.names[(B, f"{ROOT}/events/{i}")] for i in range(20)]
     m.one(CollectExpired(sids), now=T0 + 60_000)
     assert m.sub().acked == {} and writes == 1
+
+
+def test_a_bucket_holds_a_bounded_number_of_pattern_subscriptions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each stream created in a bucket is matched against every pattern subscription of the bucket."""
+    monkeypatch.setattr(subs, "MAX_PATTERNS", 3)
+    m = Machine()
+    for i in range(3):
+        assert (
+            m.one(PutSubscription(B, ROOT, f"p{i}", "pull-wake", f"x{i}/*", [], None, "wake/pool", 1000, None)).code
+            is Code.CREATED
+        )
+    one_more = PutSubscription(B, ROOT, "p3", "pull-wake", "y/*", [], None, "wake/pool", 1000, None)
+    assert m.one(one_more).code is Code.TOO_MANY_SUBSCRIPTIONS
+    named = PutSubscription(B, ROOT, "n", "pull-wake", None, ["a"], None, "wake/pool", 1000, None)
+    assert m.one(named).code is Code.CREATED  # no pattern: nothing to match
