@@ -26,6 +26,7 @@ from app.state_machine.table import BUILTIN_BUCKETS
 
 ALLOWED = "GET, HEAD, PUT, DELETE, OPTIONS"
 READ_ONLY = "GET, HEAD, OPTIONS"
+SKIP_AT_MOST = 10_000  # entries a listing page passes over (deleted, expired, not visible) before it ends
 _json = msgspec.json.Encoder()
 
 
@@ -50,13 +51,28 @@ async def _list(engine: Engine, call: Call, visible: Callable[[str], bool]) -> R
         return error_reply(405, "method_not_allowed", "the bucket listing is read-only", {"allow": READ_ONLY})
     prefix, after, limit = _page(call)
     await engine.read_barrier()
+    page: list[str] = []
+    has_more, next_after, skipped = False, None, 0
+    for name in engine.bucket_names(max(prefix, after)):
+        if name <= after:
+            continue
+        if not name.startswith(prefix):
+            break  # in name order: past the prefix
+        if not visible(name):
+            skipped += 1
+            if skipped == SKIP_AT_MOST:  # a page ends early rather than skip without end
+                has_more, next_after = True, name
+                break
+            continue
+        if len(page) == limit:
+            has_more, next_after = True, page[-1]
+            break
+        page.append(name)
     created = engine.buckets()
-    names = sorted(n for n in created if n.startswith(prefix) and n > after and visible(n))
-    page = names[:limit]
     body = {
         "buckets": [{"name": n, "created_at": _created(created[n]), "builtin": n in BUILTIN_BUCKETS} for n in page],
-        "has_more": len(names) > limit,
-        "next": page[-1] if len(names) > limit else None,
+        "has_more": has_more,
+        "next": next_after,
     }
     return Reply(200, {"content-type": "application/json", "cache-control": NO_STORE}, _json.encode(body))
 
@@ -101,12 +117,16 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
     prefix, after, limit = _page(call)
     now = engine.now_ms()
     streams: list[dict[str, object]] = []
-    has_more = False
+    has_more, next_after, skipped = False, None, 0
     for meta in engine.bucket_streams(bucket, prefix, after):
         if meta.deleted or meta.expired(now, engine.touched(meta.sid)):
+            skipped += 1
+            if skipped == SKIP_AT_MOST:  # a page ends early rather than skip without end
+                has_more, next_after = True, meta.name
+                break
             continue
         if len(streams) == limit:
-            has_more = True
+            has_more, next_after = True, str(streams[-1]["name"])
             break
         streams.append(
             {
@@ -122,7 +142,7 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
         "created_at": _created(created),
         "streams": streams,
         "has_more": has_more,
-        "next": streams[-1]["name"] if has_more else None,
+        "next": next_after,
     }
     return Reply(200, {"content-type": "application/json", "cache-control": NO_STORE}, _json.encode(body))
 

@@ -270,6 +270,9 @@ class Engine:
         """Every bucket's creation time (ms), by name."""
         return self.machine.buckets
 
+    def bucket_names(self, start: str = "") -> Iterator[str]:
+        return self.machine.bucket_names(start)
+
     def bucket_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[StreamMeta]:
         return self.machine.bucket_streams(bucket, prefix, after)
 

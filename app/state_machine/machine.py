@@ -10,6 +10,7 @@ of its concept, and the queries in `reader`.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -201,6 +202,12 @@ class StateMachine:
 
     def lookup(self, bucket: str, name: str) -> r.StreamMeta | None:
         return reader.lookup(self.table, bucket, name)
+
+    def bucket_names(self, start: str = "") -> Iterator[str]:
+        """The buckets' names from `start` on, in order: the store keeps them sorted (the built-in
+        ones, which it does not hold, merged in), so a page of a listing costs what it holds."""
+        stored = (key.decode() for key, _ in self.kv.scan(r.BUCKETS, start.encode()))
+        return heapq.merge(sorted(b for b in BUILTIN_BUCKETS if b >= start), stored)
 
     def bucket_streams(self, bucket: str, prefix: str = "", after: str = "") -> Iterator[r.StreamMeta]:
         return reader.bucket_streams(self.table, bucket, prefix, after)
