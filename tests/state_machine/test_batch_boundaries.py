@@ -5,6 +5,9 @@ the apply cost of many quiet subscriptions."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 
 from app.state_machine import records as r
@@ -26,6 +29,7 @@ from app.state_machine.commands import (
     PutSubscription,
 )
 from app.state_machine.glob import Glob
+from app.state_machine.table import StreamTable
 from tests.state_machine.helpers import JSON, T0, TEXT, B, H, dump
 from tests.state_machine.test_subscriptions import ROOT, Machine
 
@@ -119,23 +123,29 @@ def test_explicit_links_are_capped_and_a_link_that_changes_nothing_is_known_as_s
     assert m.sub().explicit == ["a"]
 
 
-def test_a_link_request_costs_what_it_names_not_what_the_subscription_holds() -> None:
-    m = Machine()
-    m.one(PutSubscription(B, ROOT, "s1", "pull-wake", "events/*", [], None, "wake/pool", 1000, None))
-    calls = 0
+@contextlib.contextmanager
+def counting_linked() -> Iterator[list[str]]:
+    """The subscriptions `linked` is asked about meanwhile (a walk of all of a subscription's streams)."""
+    calls: list[str] = []
     linked = subs.linked
 
-    def counting(*args: object) -> dict[str, str]:
-        nonlocal calls
-        calls += 1
-        return linked(*args)  # type: ignore[arg-type]
+    def counting(table: StreamTable, sub: r.Subscription) -> dict[str, str]:
+        calls.append(sub.id)
+        return linked(table, sub)
 
     subs.linked = counting  # type: ignore[assignment]
     try:
-        m.one(LinkStreams(B, ROOT, "s1", [f"p{i}" for i in range(500)], []))
+        yield calls
     finally:
         subs.linked = linked  # type: ignore[assignment]
-    assert calls <= 3  # once before and once after the change, not once per path
+
+
+def test_a_link_request_costs_what_it_names_not_what_the_subscription_holds() -> None:
+    m = Machine()
+    m.one(PutSubscription(B, ROOT, "s1", "pull-wake", "events/*", [], None, "wake/pool", 1000, None))
+    with counting_linked() as calls:
+        m.one(LinkStreams(B, ROOT, "s1", [f"p{i}" for i in range(500)], []))
+    assert len(calls) <= 3  # once before and once after the change, not once per path
 
 
 def test_globs_are_equal_by_pattern() -> None:
@@ -178,23 +188,12 @@ def test_an_ack_checks_the_streams_it_names_not_all_the_subscription_has() -> No
     assert all(subs.links(m.sm.table, m.sub(), f"events/{i}") for i in range(50))
     assert not subs.links(m.sm.table, m.sub(), "other/1") and not subs.links(m.sm.table, m.sub(), "events/99")
     generation = m.one(Claim(B, ROOT, "s1", "w", "wk2", "t")).subscription.generation  # type: ignore[union-attr]
-    calls = 0
-    linked = subs.linked
-
-    def counting(*args: object) -> dict[str, str]:
-        nonlocal calls
-        calls += 1
-        return linked(*args)  # type: ignore[arg-type]
-
-    subs.linked = counting  # type: ignore[assignment]
-    try:
+    with counting_linked() as calls:
         ack = Ack(B, ROOT, "s1", "wk2", generation, "t", [("events/3", m.tail("events/3"))], done=False)
         assert m.one(ack).code is Code.OK
         missing = Ack(B, ROOT, "s1", "wk2", generation, "t", [("events/99", 0)], done=False)
         assert m.one(missing).code is Code.NOT_FOUND
-    finally:
-        subs.linked = linked  # type: ignore[assignment]
-    assert calls == 0
+    assert calls == []
 
 
 def test_an_entry_removing_many_streams_rewrites_each_subscription_once() -> None:
