@@ -65,13 +65,15 @@ class Coverage:
 
     def put(self, key: bytes, sub: r.Subscription, streams_under: StreamsUnder) -> None:
         """Sets a subscription's scope, matching its pattern against the streams it could cover."""
+        scope = Scope.of(sub)
+        if self.scopes.get(key) != scope:
+            self._set_scope(key, scope, streams_under)
         if sub.type == "pull-wake" and sub.holder is None and sub.woke_generation != sub.generation:
             self._armed.add(key)
         else:
             self._armed.discard(key)
-        scope = Scope.of(sub)
-        if self.scopes.get(key) == scope:
-            return
+
+    def _set_scope(self, key: bytes, scope: Scope, streams_under: StreamsUnder) -> None:
         self.remove(key)
         self.scopes[key] = scope
         for name in scope.explicit:

@@ -29,6 +29,7 @@ from app.state_machine.commands import (
     PutSubscription,
 )
 from app.state_machine.glob import Glob
+from app.state_machine.machine import StateMachine
 from app.state_machine.table import StreamTable
 from tests.state_machine.helpers import JSON, T0, TEXT, B, H, dump
 from tests.state_machine.test_subscriptions import ROOT, Machine
@@ -231,3 +232,13 @@ def test_a_bucket_holds_a_bounded_number_of_pattern_subscriptions(monkeypatch: p
     assert m.one(one_more).code is Code.TOO_MANY_SUBSCRIPTIONS
     named = PutSubscription(B, ROOT, "n", "pull-wake", None, ["a"], None, "wake/pool", 1000, None)
     assert m.one(named).code is Code.CREATED  # no pattern: nothing to match
+
+
+def test_a_reloaded_state_machine_wakes_the_same_subscriptions() -> None:
+    """A replica that loads the state (a restart, a checkpoint) wakes what one that applied it all would."""
+    m = Machine()
+    m.stream("data/a")
+    m.one(PutSubscription(B, ROOT, "s1", "pull-wake", "data/**", [], None, "wake/pool", 1000, None))
+    m.sm = StateMachine(m.kv)  # loaded from its store
+    m.one(Append(B, f"{ROOT}/data/a", JSON, memoryview(b'{"x":1}')))
+    assert m.tail("wake/pool") > 0, "the loaded replica wrote no wake event"
