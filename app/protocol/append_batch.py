@@ -19,6 +19,7 @@ from app.protocol.responses import NO_STORE, raise_for
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
 from app.state_machine.commands import AppendBatch, Code, Outcome
+from app.state_machine.outcomes import stream_outcome
 
 MAX_FRAMES = 1000
 _LENGTH = struct.Struct(">I")
@@ -59,7 +60,14 @@ async def append_batch(engine: Engine, call: Call, target: StreamTarget) -> Repl
             where.append(i)
         except ProtocolError as exc:
             results[i] = {"status": exc.status, "error": exc.code}
-    if bodies:
+    if bodies and meta.closed:  # every frame is refused: no log entry (confirmed, as a new leader may lag)
+        await engine.read_barrier()
+        meta = engine.find(target.bucket, target.name)
+    if bodies and meta.closed:
+        closed = _result(stream_outcome(Code.STREAM_CLOSED, meta, "stream is closed"))
+        for i in where:
+            results[i] = closed
+    elif bodies:
         touched = engine.touched_at(target.bucket, target.name)
         outcome = await engine.submit(AppendBatch(target.bucket, target.name, content_type, bodies, touched))
         raise_for(outcome)

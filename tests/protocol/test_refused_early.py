@@ -39,12 +39,15 @@ async def test_refused_writes_make_no_log_entry(tmp_path: Path) -> None:
                 (c.delete("/ds/bkt-one/missing"), 404),
                 (c.put("/ds/bkt-one/s", headers={**TEXT, "stream-ttl": "60"}), 409),
                 (c.put("/ds/bkt-one/fork", headers={"stream-forked-from": "missing"}), 404),
+                (c.post("/ds/bkt-one/done/append-batch", headers=TEXT, content=b"\x00\x00\x00\x01a"), 200),
             ]
             for request, status in refused:
                 before = entries()
                 response = await request
                 assert response.status_code == status, response.text
                 assert entries() == before, f"{response.request.method} {response.request.url} made a log entry"
+            closed = (await c.post("/ds/bkt-one/done/append-batch", headers=TEXT, content=b"\x00\x00\x00\x01a")).json()
+            assert [frame["error"] for frame in closed] == ["stream_closed"]
             # What is accepted still goes through the log.
             before = entries()
             assert (await c.post("/ds/bkt-one/s", headers=TEXT, content=b"c")).status_code == 204
