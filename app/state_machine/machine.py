@@ -126,6 +126,8 @@ class StateMachine:
                     subscriptions.forget_positions(table)
                 if table.grown:  # per entry, not per batch: replicas batch entries differently
                     subscriptions.wake_covering(table, env.now)
+                    if table.forgotten:  # a wake's append collected an expired stream
+                        subscriptions.forget_positions(table)
         changed = table.commit(entries[-1].index, entries[-1].term)
         if changed and self.on_change is not None:
             self.on_change(changed)
