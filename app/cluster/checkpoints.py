@@ -131,6 +131,7 @@ class Checkpoints:
     def install(self) -> None:
         """Swaps the complete staging store in; runs inside the driver, between Readys."""
         self.machine.kv.close()  # RocksDB locks by path: the old store must let go of it first
+        self.store.mark_complete()
         self.store.swap()
         self.machine.reload(RocksKV(self.store.path, records.COLUMN_FAMILIES))
 

@@ -8,9 +8,11 @@ chunks are invisible; a crash in between leaves chunks a later write of the same
 
 Chunk keys are `cf NUL key generation chunk#`. A write's chunks get a fresh random generation, so
 overwriting a key never mixes its old chunks with new ones: the old pointer keeps naming the old
-generation until the new pointer replaces it, and the old generation is deleted after. The chunks
-of a key range are the same range in the chunk column family when keys have one length (log
-indexes, record positions: the only users).
+generation until the new pointer replaces it, and the old generation is deleted after. A range
+delete takes the same range in the chunk column family, which holds exactly the chunks of the keys
+in it when keys have one length (log indexes, record positions: the only users of range deletes).
+A single key's delete takes only the generation its pointer names: keys of other lengths (a
+subscription's) may start with it, and so may their chunk keys.
 """
 
 from __future__ import annotations
@@ -118,12 +120,6 @@ def _chunk(chunks: rocksdict.Rdict, key: bytes) -> bytes:
 def range_of(cf: str, start: bytes, end: bytes) -> tuple[bytes, bytes]:
     """The chunk keys of main keys in [start, end)."""
     return _prefix(cf, start), _prefix(cf, end)
-
-
-def key_range(cf: str, key: bytes) -> tuple[bytes, bytes]:
-    """The chunk keys of every generation under `key`."""
-    prefix = _prefix(cf, key)
-    return prefix, prefix + b"\xff" * (_GENERATION + _CHUNK_NO.size + 1)
 
 
 def generation_range(cf: str, key: bytes, pointer: bytes) -> tuple[bytes, bytes]:

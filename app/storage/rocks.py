@@ -138,15 +138,18 @@ class RocksKV:
                 continue
             if kind == DELETE:
                 wb.delete(key, handles[cf])
-                deleted.append((cf, key, key + b"\x00"))
-                start, end = large.key_range(cf, key)
-            else:
-                assert isinstance(value, bytes)
-                wb.delete_range(key, value, handles[cf])
-                deleted.append((cf, key, value))
-                start, end = large.range_of(cf, key, value)
-            if cf in self._chunked and self._chunks_handle is not None:  # its chunks go with the key
-                wb.delete_range(start, end, self._chunks_handle)
+                if cf in self._chunked and self._chunks_handle is not None:
+                    # Only the generation its pointer names: the chunk keys of every generation of
+                    # `key` are also those of longer keys that start with it (a subscription's id).
+                    old = self._cfs[cf].get(key)
+                    if old is not None and large.is_pointer(old):
+                        wb.delete_range(*large.generation_range(cf, key, old), self._chunks_handle)
+                continue
+            assert isinstance(value, bytes)
+            wb.delete_range(key, value, handles[cf])
+            deleted.append((cf, key, value))
+            if cf in self._chunked and self._chunks_handle is not None:  # its chunks go with the keys
+                wb.delete_range(*large.range_of(cf, key, value), self._chunks_handle)
         self._db.write(wb, self._nosync)
         if sync:  # not WriteOptions.sync: rocksdict holds the GIL through that fsync, freezing the event loop
             self.sync_wal()

@@ -127,6 +127,37 @@ def test_a_batch_may_not_delete_a_key_and_then_write_a_large_value_under_it(kv: 
         kv.write(batch)
 
 
+def test_deleting_a_key_keeps_the_chunks_of_longer_keys_that_start_with_it(kv: RocksKV) -> None:
+    """Keys of other lengths (a subscription's bucket, root and id) may start with the deleted one,
+    and so may their chunk keys: the delete takes only the generation its own pointer names."""
+    kept = os.urandom(large.CHUNK + 7)
+    batch = Batch()
+    batch.put("meta", b"bkt\x00orders", os.urandom(large.CHUNK + 3))
+    batch.put("meta", b"bkt\x00orders-v2", kept)
+    kv.write(batch)
+    batch = Batch()
+    batch.delete("meta", b"bkt\x00orders")
+    kv.write(batch)
+    assert kv.get("meta", b"bkt\x00orders") is None
+    assert kv.get("meta", b"bkt\x00orders-v2") == kept
+    assert [key for key, _ in kv.scan("meta", b"")] == [b"bkt\x00orders-v2"]
+    assert len(_chunk_keys(kv)) == 2  # the deleted value's chunks went with it
+
+
+def test_a_batch_may_delete_a_key_and_then_write_a_large_value_under_it(kv: RocksKV) -> None:
+    """As MemoryKV does: a subscription deleted and made again large in one apply batch."""
+    value = os.urandom(large.CHUNK + 1)
+    for store in (kv, MemoryKV(CFS)):
+        batch = Batch()
+        batch.put("meta", b"k", os.urandom(large.CHUNK + 9))
+        store.write(batch)
+        batch = Batch()
+        batch.delete("meta", b"k")
+        batch.put("meta", b"k", value)
+        store.write(batch)
+        assert store.get("meta", b"k") == value
+
+
 def test_a_store_from_before_chunks_opens_read_only(tmp_path: Path) -> None:
     import rocksdict
 
