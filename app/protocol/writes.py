@@ -135,7 +135,8 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         touched=_touched(engine, target),
     )
     del body  # the engine drops the command's reference once the entry holds the bytes
-    await refuse_early(engine, lambda: rules.append_refusal(engine.table, command, engine.now_ms()))
+    if rules.append_refusal(engine.table, command, engine.now_ms()) is not None:  # the hot path checks once
+        await refuse_early(engine, lambda: rules.append_refusal(engine.table, command, engine.now_ms()))
     outcome = await engine.submit(command)
     raise_for(outcome)
     return Reply(200 if outcome.fresh_producer else 204, write_headers(outcome))
