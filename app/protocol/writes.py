@@ -31,10 +31,6 @@ def _require_bucket(engine: Engine, target: StreamTarget) -> None:
         raise missing_bucket(target.bucket)
 
 
-def _touched(engine: Engine, target: StreamTarget) -> int:
-    return engine.touched_at(target.bucket, target.name)
-
-
 async def _evicted_record(engine: Engine, target: StreamTarget, source: str | None, pos: int | None) -> bytes | None:
     """The fork point's record, fetched from the object store when it is no longer on local disk."""
     meta = engine.lookup(target.bucket, source) if source is not None else None
@@ -89,7 +85,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         fork_offset=fork_offset,
         fork_sub=fork_sub,
         content_type_given=content_type is not None,
-        touched=_touched(engine, target),
+        touched=engine.touched_at(target.bucket, target.name),
         source_touched=engine.touched_at(target.bucket, fork_name) if fork_name is not None else 0,
         evicted_record=evicted_record,
         attrs=attrs,
@@ -132,7 +128,7 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         stream_seq,
         producer,
         close,
-        touched=_touched(engine, target),
+        touched=engine.touched_at(target.bucket, target.name),
     )
     del body  # the engine drops the command's reference once the entry holds the bytes
     if rules.append_refusal(engine.table, command, engine.now_ms()) is not None:  # the hot path checks once
@@ -144,7 +140,7 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
 
 async def delete(engine: Engine, target: StreamTarget) -> Reply:
     _require_bucket(engine, target)
-    command = DeleteStream(target.bucket, target.name, touched=_touched(engine, target))
+    command = DeleteStream(target.bucket, target.name, touched=engine.touched_at(target.bucket, target.name))
     await refuse_early(engine, lambda: rules.delete_refusal(engine.table, command, engine.now_ms()))
     raise_for(await engine.submit(command))
     return Reply(204)
