@@ -44,6 +44,7 @@ from app.state_machine.table import StreamTable
 from app.storage.disk import DiskGuard
 from app.subscriptions.settings import WebhookSettings
 from app.subscriptions.trouble import DeliveryTrouble
+from app.tiering.cache import CacheBusy, read_through
 from app.tiering.store import ObjectStore, StoreUnavailable
 
 COLLECT_AT_ONCE = 1000  # expired streams removed per entry
@@ -194,19 +195,28 @@ class Engine:
     async def read(self, meta: StreamMeta, pos: int, whole_records: bool = False, max_bytes: int = 0) -> Chunk:
         """The chunk at `pos`, fetching segments that are only in the object store as the read reaches them."""
         max_bytes = min(max_bytes or self.limits.read_chunk_bytes, self.limits.read_chunk_bytes)
-        for _ in range(COLD_TRIES):
-            try:
-                chunk = self.machine.read(meta, pos, max_bytes, self.cold, whole_records)
-                self.counters.read_bytes += chunk.size
-                self._read_ahead(meta, chunk.next_pos)
-                return chunk
-            except ColdMiss as miss:
-                if self.cold is None:
-                    raise
-                await self._fetch(miss.segment)
-                if self.machine.streams.get(meta.sid) is not meta:
-                    raise missing_stream() from None
-        raise _cold_cache_busy()
+        try:
+            chunk = self.machine.read(meta, pos, max_bytes, self.cold, whole_records)
+        except ColdMiss:
+            if self.cold is None:
+                raise
+            chunk = await self._read_cold(meta, pos, max_bytes, whole_records)
+        self.counters.read_bytes += chunk.size
+        self._read_ahead(meta, chunk.next_pos)
+        return chunk
+
+    async def _read_cold(self, meta: StreamMeta, pos: int, max_bytes: int, whole_records: bool) -> Chunk:
+        async def fetch(segment: SegmentInfo) -> None:
+            await self._fetch(segment)
+            if self.machine.streams.get(meta.sid) is not meta:
+                raise missing_stream()  # deleted (or made again) while the fetch was awaited
+
+        try:
+            return await read_through(
+                lambda: self.machine.read(meta, pos, max_bytes, self.cold, whole_records), fetch, COLD_TRIES
+            )
+        except CacheBusy:
+            raise _cold_cache_busy() from None
 
     async def evicted_record(self, meta: StreamMeta, pos: int) -> bytes | None:
         """The whole record at `pos` if it has been evicted to the object store; None otherwise."""

@@ -70,6 +70,7 @@ class ColdMiss(Exception):
     def __init__(self, segment: r.SegmentInfo) -> None:
         super().__init__(segment.key)
         self.segment = segment
+        self.partial: Chunk | None = None  # the records read before the miss, if any
 
 
 class ColdSource(Protocol):
@@ -204,11 +205,10 @@ def read(
                 chunk.next_pos = rec_pos + len(payload)
                 if chunk.size >= max_bytes:
                     return chunk
-    except ColdMiss:
-        # A chunk needs at most one segment fetched: fetching the next could evict the one this
-        # chunk began in from a small cache, and a read needing both would fetch them in turn forever.
-        if not chunk.payloads:
-            raise
+    except ColdMiss as miss:
+        if chunk.payloads:
+            miss.partial = chunk  # the caller may answer with it rather than fetch (cache.read_through)
+        raise
     return chunk
 
 

@@ -11,14 +11,40 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from app.runtime import blocking
-from app.state_machine.reader import ColdMiss
+from app.state_machine.reader import Chunk, ColdMiss
 from app.state_machine.records import SegmentInfo
 from app.tiering import segment as seg
 from app.tiering.pack import PackReader, slice_digest
 from app.tiering.store import ObjectStore, StoreUnavailable, sha256_hex
+
+
+class CacheBusy(Exception):
+    """Every segment a read fetched was evicted by other reads before it could use it."""
+
+
+async def read_through(read: Callable[[], Chunk], fetch: Callable[[SegmentInfo], Awaitable[None]], tries: int) -> Chunk:
+    """`read()`, fetching each segment it misses and reading again, at most `tries` times.
+
+    A chunk spanning segments the cache cannot hold together would fetch them in turn forever: once
+    a segment this read fetched is missing again, the read answers with the records it had before
+    its last miss (the client reads on from where they end)."""
+    partial: Chunk | None = None
+    fetched: set[str] = set()
+    for _ in range(tries):
+        try:
+            return read()
+        except ColdMiss as miss:
+            partial = miss.partial or partial
+            if partial is not None and slot(miss.segment) in fetched:
+                return partial
+            fetched.add(slot(miss.segment))
+            await fetch(miss.segment)
+    if partial is not None:
+        return partial
+    raise CacheBusy
 
 
 def slot(segment: SegmentInfo) -> str:

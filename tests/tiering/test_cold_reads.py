@@ -5,12 +5,15 @@ the cache cannot hold together, and a manifest whose own segments retention rele
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
+import pytest
+
 from app.state_machine.commands import Code, Retain
-from app.state_machine.reader import ColdMiss
+from app.state_machine.records import SegmentInfo
 from app.tiering import catalog
-from app.tiering.cache import SegmentCache
+from app.tiering.cache import CacheBusy, SegmentCache, read_through
 from tests.state_machine.helpers import B
 from tests.tiering.test_packing import Packing
 
@@ -32,29 +35,59 @@ def test_a_stream_made_again_under_its_name_reads_its_own_bytes(tmp_path: Path) 
     assert p.read("s") == b"new-data"
 
 
-def test_a_read_spanning_segments_the_cache_cannot_hold_together_completes(tmp_path: Path) -> None:
-    p = Packing(tmp_path / "cold", pack_below_bytes=0, segment_max_bytes=256 * KiB)
-    record = 600 * KiB
+def _two_segments(p: Packing, record: int) -> None:
     p.write("s", b"a" * record)
     p.write("s", b"b" * record)
     p.run()
-    segments = p.segments("s")
-    assert [(s.lo, s.hi) for s in segments] == [(0, record), (record, 2 * record)]
+    assert [(s.lo, s.hi) for s in p.segments("s")] == [(0, record), (record, 2 * record)]
+
+
+def test_a_read_spanning_segments_the_cache_cannot_hold_together_completes(tmp_path: Path) -> None:
+    p = Packing(tmp_path / "cold", pack_below_bytes=0, segment_max_bytes=256 * KiB)
+    record = 600 * KiB
+    _two_segments(p, record)
     cache = SegmentCache(p.store, max_bytes=1 << 20)  # one of them at a time
     meta = p.h.meta("s")
     assert meta is not None
-    pos, out, fetches = record - 100, b"", 0
-    while pos < meta.tail:
-        try:
-            chunk = p.h.sm.read(meta, pos, 1 << 20, cache)
-        except ColdMiss as miss:
-            fetches += 1
-            assert fetches <= 4, "each fetch evicted the segment the read needed next"
-            asyncio.run(cache.fetch(miss.segment))
-            continue
-        out += b"".join(bytes(piece) for piece in chunk.payloads)
-        pos = chunk.next_pos
-    assert out == b"a" * 100 + b"b" * record
+    fetched: list[str] = []
+
+    async def fetch(segment: SegmentInfo) -> None:
+        fetched.append(segment.key)
+        await cache.fetch(segment)
+
+    async def read_all() -> bytes:
+        pos, out = record - 100, b""
+        while pos < meta.tail:
+            chunk = await read_through(functools.partial(p.h.sm.read, meta, pos, 1 << 20, cache), fetch, tries=8)
+            out += b"".join(bytes(piece) for piece in chunk.payloads)
+            pos = chunk.next_pos
+        return out
+
+    assert asyncio.run(read_all()) == b"a" * 100 + b"b" * record
+    assert len(fetched) <= 4, "each fetch evicted the segment the read needed next"
+
+
+def test_a_read_spanning_segments_the_cache_holds_together_is_one_chunk(tmp_path: Path) -> None:
+    p = Packing(tmp_path / "cold", pack_below_bytes=0, segment_max_bytes=16)
+    _two_segments(p, 20)
+    meta = p.h.meta("s")
+    assert meta is not None
+    chunk = asyncio.run(read_through(lambda: p.h.sm.read(meta, 0, 1 << 20, p.cache), p.cache.fetch, tries=8))
+    assert b"".join(bytes(piece) for piece in chunk.payloads) == b"a" * 20 + b"b" * 20
+    assert chunk.next_pos == meta.tail
+
+
+def test_a_read_whose_segments_others_keep_evicting_gives_up(tmp_path: Path) -> None:
+    p = Packing(tmp_path / "cold", pack_below_bytes=0, segment_max_bytes=16)
+    _two_segments(p, 20)
+    meta = p.h.meta("s")
+    assert meta is not None
+
+    async def fetch_then_lose(segment: SegmentInfo) -> None:
+        pass  # another read evicts every segment before this one can read it
+
+    with pytest.raises(CacheBusy):
+        asyncio.run(read_through(lambda: p.h.sm.read(meta, 0, 1 << 20, p.cache), fetch_then_lose, tries=8))
 
 
 def test_a_stream_made_again_whose_records_are_all_in_packs_has_no_old_manifest(tmp_path: Path) -> None:
