@@ -157,8 +157,14 @@ def release_segment(table: StreamTable, sid: int, segment: r.SegmentInfo, manife
 def enqueue_object(table: StreamTable, key: str) -> None:
     """Queues an object for deletion, noting the entry that released it: a state backup taken
     before that entry may still name the object (app/tiering/worker.py keeps it while one is kept)."""
-    table.batch.put(r.GC_QUEUE, key.encode(), r.U64.pack(table.index))
+    raw = key.encode()
+    if table.get(r.GC_QUEUE, raw) is None:
+        table.queued_objects += 1
+    table.stage(r.GC_QUEUE, raw, r.U64.pack(table.index))
 
 
 def dequeue_object(table: StreamTable, key: str) -> None:
-    table.batch.delete(r.GC_QUEUE, key.encode())
+    raw = key.encode()
+    if table.get(r.GC_QUEUE, raw) is not None:
+        table.queued_objects -= 1
+        table.unstage(r.GC_QUEUE, raw)

@@ -259,6 +259,11 @@ class StateMachine:
         """Every subscription's key (a new leader looks at each once)."""
         return (key for key, _ in self.kv.scan(r.SUBSCRIPTIONS, b""))
 
+    @property
+    def queued_objects(self) -> int:
+        """How many objects are queued for deletion."""
+        return self.table.queued_objects
+
     def deletion_queue(self) -> Iterator[str]:
         """Object keys queued for deletion, in key order."""
         return (key.decode() for key, _ in self.kv.scan(r.GC_QUEUE, b""))

@@ -71,6 +71,8 @@ class StreamTable:
             owner = self.streams.get(r.U64.unpack_from(key)[0])
             if owner is not None:
                 self.count_snapshot(owner.bucket, r.decode_snapshot(value).size)
+        # Objects queued for deletion, kept as the queue changes (metrics must not count it per scrape).
+        self.queued_objects = sum(1 for _ in kv.scan(r.GC_QUEUE, b""))
         # Streams the batch in progress created: not yet in the store's name index.
         self.created: list[r.StreamMeta] = []
         # Subscriptions whose positions of removed streams the entry being applied is to forget.

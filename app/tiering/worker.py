@@ -40,7 +40,6 @@ from app.tiering.store import KeyRejected, ObjectStore, StoreUnavailable, sha256
 
 log = logging.getLogger("rill.tiering")
 
-DELETION_QUEUE_CAP = 100_000  # what `deletion_queue` counts up to
 GC_SCAN = 10_000  # queued deletions a pass looks at
 YIELD_EVERY = 1000  # streams looked at between two turns of the loop, where a pass visits them all
 RETENTION_RETRY_MS = 60_000  # a stream whose retention could not be worked out is looked at again after this
@@ -99,8 +98,8 @@ class TieringWorker:
         }
 
     def deletion_queue(self) -> int:
-        """Objects queued for deletion, counted up to DELETION_QUEUE_CAP (a scrape must stay cheap)."""
-        return sum(1 for _ in itertools.islice(self.machine.deletion_queue(), DELETION_QUEUE_CAP))
+        """Objects queued for deletion (counted as the queue changes: a scrape reads a number)."""
+        return self.machine.queued_objects
 
     async def run_forever(self) -> None:
         while True:
@@ -110,6 +109,7 @@ class TieringWorker:
                 self._published_at.clear()
                 self.failing.clear()
                 self.deletions.clear()
+                self.available, self.last_error = True, None  # the leader's passes report the store now
                 self._look_again()
                 continue
             try:
