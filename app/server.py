@@ -39,9 +39,15 @@ log = logging.getLogger("rill.server")
 OPENAPI = Path(__file__).resolve().parent.parent / "openapi" / "rill.yaml"
 
 
-def create_app(settings: Settings, open_kv: OpenKV | None = None, clients: ClientSlots | None = None) -> ASGIApp:
+def create_app(
+    settings: Settings,
+    open_kv: OpenKV | None = None,
+    clients: ClientSlots | None = None,
+    requests: RequestCounters | None = None,
+) -> ASGIApp:
     """The app for one node: its stores open here, its Raft node and workers start with the lifespan.
-    `open_kv` and `clients` are build_node's (a test's stores; the HTTP edge's per-address count)."""
+    `open_kv` and `clients` are build_node's (a test's stores; the HTTP edge's per-address count);
+    `requests`, the counts the edge adds what it refuses itself to."""
     auth = Authenticator(settings.auth, wall_clock_ms)
     if not auth.enabled and not _loopback(settings.host):
         log.warning(
@@ -51,7 +57,7 @@ def create_app(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
         )
     node = build_node(settings, open_kv, clients)
     forwarder = Forwarder(node.peer_tls)
-    requests = RequestCounters()
+    requests = requests if requests is not None else RequestCounters()
     metrics = CollectorRegistry(auto_describe=False)
     metrics.register(NodeCollector(node.engine, requests, node.tiering, node.backups))
 

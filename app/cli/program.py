@@ -17,6 +17,7 @@ from app.cli import cluster as cluster_cli
 from app.cli import data as commands
 from app.cli import restore as restore_cli
 from app.config import Settings, load_settings, parse_peers
+from app.counters.counts import RequestCounters
 from app.observability import logs
 from app.pipeline import cli as pipeline_cli
 from app.security import cli as token_cli
@@ -143,9 +144,10 @@ def main(argv: list[str] | None = None) -> None:
             )
         except ValueError as exc:
             raise SystemExit(f"rill: {exc}") from None
-        protocol = protocol_for(edge)
+        requests = RequestCounters()
+        protocol = protocol_for(edge, requests)
         uvicorn.run(
-            create_app(settings, clients=protocol.clients),
+            create_app(settings, clients=protocol.clients, requests=requests),
             host=settings.host,
             port=settings.port,
             loop="uvloop",

@@ -241,8 +241,10 @@ class RaftNode:
             await asyncio.wait_for(self._reads.until_applied(loop, index), max(0.0, deadline - loop.time()))
 
     def note_refused(self, peer: int, reason: str) -> None:
-        """Counts a refused peer message (app/raft/validate.py), and logs it at most every 10 s per peer and kind."""
-        key = (peer, reason)
+        """Counts a refused peer message (app/raft/validate.py), and logs it at most every 10 s per peer
+        and kind; peer 0 stands for every sender that is not a member."""
+        member = peer in self.core.voters or peer in self.core.learners
+        key = (peer if member else 0, reason)  # a sender may name any id: one series for non-members
         self.refused[key] += 1
         now = time.monotonic()
         if reason != STALE_TERM and now - self._refusals_logged.get(key, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:

@@ -148,7 +148,10 @@ class NodeCollector(Collector):
             "rill_tiering_upload_duration_seconds", "Time to upload one segment", [], [((), worker.upload_seconds)]
         )
         yield _counter("rill_tiering_upload_errors_total", "Segment uploads that failed", worker.upload_errors)
-        yield _counter("rill_tiering_segments_uploaded_total", "Segments uploaded and recorded", worker.uploaded)
+        uploaded = worker.uploaded + worker.packer.packed + worker.packer.merged  # as the two above count
+        yield _counter(
+            "rill_tiering_segments_uploaded_total", "Objects uploaded and recorded: segments, packs, merges", uploaded
+        )
         yield _gauge("rill_tiering_store_available", "1 while the object store answers", 1 if worker.available else 0)
         cache = self.engine.cold
         hits, misses = (cache.hits, cache.misses) if isinstance(cache, SegmentCache) else (0, 0)

@@ -66,7 +66,7 @@ def count_requests(app: ASGIApp, counters: RequestCounters) -> ASGIApp:
         else:
             seen = _Status()
             send = seen.watching(send)
-        mode = live_mode(scope["query_string"])
+        mode = live_mode(scope["query_string"]) if scope["method"] == "GET" else None
         if mode is not None:
             counters.live[mode] += 1
         try:

@@ -33,6 +33,7 @@ import httptools
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
+from app.counters.counts import RequestCounters
 from app.serving.clients import ClientSlots, client_key
 from app.serving.cycle import EXTENSION, TAKE_OVER, Cycle
 from app.serving.flow import FlowControl
@@ -42,6 +43,7 @@ from app.serving.responses import error_response
 from app.serving.scope import local_addr, remote_addr, request_target, scheme
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
+EDGE_FAMILY = "edge"  # the route family the edge's own refusals are counted under (no route was chosen)
 # A timer may fire a hair before its deadline; re-arming it for that is not worth a loop turn.
 _SLACK = 0.005
 # uvicorn's logger names: the log configuration (app/observability/logs.py) and operators know them.
@@ -55,6 +57,7 @@ class EdgeProtocol(asyncio.Protocol):
     limits = EdgeLimits()  # protocol_for() binds the server's limits
     clients = ClientSlots(limits.max_connections_per_client)  # and the server's count of connections per address
     warnings = Warnings()  # and when it last logged a refusal
+    requests: RequestCounters | None = None  # and the server's request counts (what the edge refuses itself)
 
     def __init__(
         self,
@@ -444,6 +447,7 @@ class EdgeProtocol(asyncio.Protocol):
     def _answer_and_close(self, transport: asyncio.Transport, code: str, message: str) -> None:
         self.transport = transport  # for connection_lost
         self._done = True
+        self._count_refusal(503)
         default_headers = self.server_state.default_headers
         transport.write(error_response(503, code, message, default_headers, retry_after=1))
         transport.close()
@@ -460,6 +464,8 @@ class EdgeProtocol(asyncio.Protocol):
     def _fail(self, status: int, code: str, message: str) -> None:
         """Answers the request being parsed with an error, if nothing else is on the wire, and closes."""
         answer = self._can_answer()
+        if self._phase != _BODY:
+            self._count_refusal(status)  # no app saw it (past its head, the request's app counts it)
         self._done = True
         if self._timer is not None:
             self._timer.cancel()
@@ -475,6 +481,10 @@ class EdgeProtocol(asyncio.Protocol):
         self.transport.write(error_response(status, code, message, self.server_state.default_headers))
         self._linger()
 
+    def _count_refusal(self, status: int) -> None:
+        if self.requests is not None:
+            self.requests.finished(EDGE_FAMILY, "other", status, None)
+
     def _linger(self) -> None:
         """Half-closes and drains what the client still sends, for a while: closing with unread input
         sends a reset, which can destroy the answer before the client reads it."""
@@ -487,13 +497,15 @@ class EdgeProtocol(asyncio.Protocol):
         self._timer = self.loop.call_later(LINGER_SECONDS, transport.close)
 
 
-def protocol_for(limits: EdgeLimits) -> type[EdgeProtocol]:
-    """An EdgeProtocol class bound to `limits`, for uvicorn's `http=` (it makes one per connection)."""
-    chosen, slots, _warnings = limits, ClientSlots(limits.max_connections_per_client), Warnings()
+def protocol_for(limits: EdgeLimits, requests: RequestCounters | None = None) -> type[EdgeProtocol]:
+    """An EdgeProtocol class bound to `limits`, for uvicorn's `http=` (it makes one per connection);
+    what it refuses before any app sees a request is counted in `requests`, as family "edge"."""
+    chosen, slots, _warnings, counted = limits, ClientSlots(limits.max_connections_per_client), Warnings(), requests
 
     class RillHttpProtocol(EdgeProtocol):
         limits = chosen
         clients = slots  # one count per server: create_app exempts the cluster's nodes from it
         warnings = _warnings
+        requests = counted
 
     return RillHttpProtocol

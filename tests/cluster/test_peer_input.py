@@ -139,3 +139,18 @@ def test_a_follower_refuses_what_it_would_forward_past_the_leaders_limits(cluste
     ack = "/v1/stream/__ds/subscriptions/s/ack"
     assert b" 413 " in _declared(url, ack, 100 * 1024)
     assert b" 413 " in _declared(url, "/v1/stream/kept", 1 << 40)
+
+
+def test_refusals_from_ids_that_are_not_members_share_one_series(cluster: RillCluster, stream: str) -> None:
+    """A message may name any sender id: counting each one apart would grow /metrics without bound."""
+    leader = cluster.wait_for_leader()
+    before = _refused(cluster, leader, 0, "stale_term")
+    for src in range(1000, 1050):
+        response = _send(cluster, leader, AppendResponse(0, src, leader, False, 0))
+        assert response.status_code in (200, 204), response.text
+    deadline = time.monotonic() + 5
+    while _refused(cluster, leader, 0, "stale_term") < before + 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _refused(cluster, leader, 0, "stale_term") == before + 50
+    metrics = httpx.get(cluster.nodes[leader].url + "/metrics", headers=cluster.admin).text
+    assert not re.search(r'rill_raft_refused_messages_total\{peer="1\d\d\d"', metrics)

@@ -127,6 +127,13 @@ def test_tiering_uploads_and_cold_reads(node: RillProcess) -> None:
         assert time.monotonic() < deadline, "nothing was tiered and evicted"
         time.sleep(0.1)
     assert value(now, "rill_tiering_upload_duration_seconds_count") >= 1
+    while True:  # every upload timed is counted, segments and packs alike, once recorded
+        now = scrape(node.url)
+        timed = value(now, "rill_tiering_upload_duration_seconds_count")
+        if value(now, "rill_tiering_segments_uploaded_total") == timed - value(now, "rill_tiering_upload_errors_total"):
+            break
+        assert time.monotonic() < deadline, "uploads timed but not counted"
+        time.sleep(0.1)
     assert value(now, "rill_tiering_untiered_bytes") == 0
     assert value(now, "rill_tiering_store_available") == 1
     with httpx.Client() as client:

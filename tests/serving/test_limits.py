@@ -96,3 +96,19 @@ def test_a_large_upload_at_normal_speed_works(edge: RillProcess) -> None:
         assert client.put(url, headers={"content-type": "application/octet-stream"}).status_code == 201
         assert client.post(url, content=body, headers={"content-type": "application/octet-stream"}).status_code == 204
         assert read_to_tail(client, url) == body
+
+
+def _edge_refusals(server: RillProcess, status: int) -> float:
+    metrics = httpx.get(server.url + "/metrics", timeout=10).text
+    line = f'rill_http_requests_total{{family="edge",method="other",status="{status}"}} '
+    return next((float(row.removeprefix(line)) for row in metrics.splitlines() if row.startswith(line)), 0.0)
+
+
+def test_what_the_edge_refuses_before_any_route_is_counted(edge: RillProcess) -> None:
+    before = {status: _edge_refusals(edge, status) for status in (400, 431)}
+    test_garbage_gets_a_json_400(edge)
+    test_a_one_mib_header_gets_431(edge)
+    assert {status: _edge_refusals(edge, status) for status in (400, 431)} == {
+        400: before[400] + 1,
+        431: before[431] + 1,
+    }
