@@ -70,16 +70,42 @@ async def test_an_unlisted_origin_may_not_write(client: httpx.AsyncClient, metho
     assert not methods(response) & set(WRITES)
 
 
-async def test_an_unlisted_origin_cannot_read_a_write_response(client: httpx.AsyncClient) -> None:
-    """A write's response (here a simple cross-origin POST, which needs no preflight) is not shared."""
-    created = await client.put("/v1/stream/cors-write", headers={"content-type": "text/plain"})
+async def test_an_unlisted_origin_may_not_write_even_without_a_preflight(client: httpx.AsyncClient) -> None:
+    """A simple cross-origin POST (text/plain) needs no preflight: the server itself refuses it, and
+    every other write, before it runs."""
+    created = await client.put("/v1/stream/cors-write", headers={"content-type": "text/plain"}, content=b"kept")
     assert created.status_code == 201
     for method in WRITES:
         response = await client.request(
             method, "/v1/stream/cors-write", headers={"origin": OTHER, "content-type": "text/plain"}, content=b"x"
         )
+        assert response.status_code == 403, method
+        assert response.json()["error"]["code"] == "origin_not_allowed"
         assert "access-control-allow-origin" not in response.headers, method
-        assert "origin" in response.headers.get("vary", "").lower()
+        assert response.headers["x-content-type-options"] == "nosniff"
+    claim = await client.post(
+        "/v1/stream/__ds/subscriptions/g/claim", headers={"origin": OTHER, "content-type": "text/plain"},
+        content=b'{"worker": "page"}',
+    )  # fmt: skip
+    assert claim.status_code == 403
+    assert (await client.get("/v1/stream/cors-write", params={"offset": "-1"})).content == b"kept"
+
+
+async def test_a_page_of_the_servers_own_origin_may_write(client: httpx.AsyncClient) -> None:
+    """The console is served by the node itself: its writes are same-origin, not cross-origin."""
+    own = {"origin": "http://rill.test", "content-type": "text/plain"}  # the client sends Host: rill.test
+    assert (await client.put("/v1/stream/cors-own", headers=own, content=b"a")).status_code == 201
+    assert (await client.post("/v1/stream/cors-own", headers=own, content=b"b")).status_code == 204
+    other_port = {**own, "origin": "http://rill.test:8080"}
+    assert (await client.post("/v1/stream/cors-own", headers=other_port, content=b"c")).status_code == 403
+
+
+async def test_a_refused_preflight_is_a_json_error(client: httpx.AsyncClient) -> None:
+    for asked in (preflight(OTHER, "POST"), preflight(OTHER, "GET", "authorization"), preflight(LISTED, "PATCH")):
+        response = await client.options("/v1/stream/x", headers=asked)
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "cors_preflight_refused"
+        assert "access-control-allow-origin" not in response.headers
 
 
 async def test_any_origin_may_read(client: httpx.AsyncClient) -> None:
