@@ -9,7 +9,15 @@ from app.domain.offsets import format_offset, parse_offset
 from app.protocol.cursor import next_cursor
 from app.protocol.headers import single_query
 from app.protocol.http import Call, Reply, watch_disconnect
-from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, etag, metadata_headers, trimmed
+from app.protocol.responses import (
+    CACHE_PRIVATE,
+    CACHE_PUBLIC,
+    NO_STORE,
+    etag,
+    etag_matches,
+    metadata_headers,
+    trimmed,
+)
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
 from app.state_machine.reader import Chunk
@@ -136,7 +144,7 @@ async def get(engine: Engine, call: Call, target: StreamTarget, read: ReadReques
     # Data below the tail never changes; a read reaching the open tail must revalidate.
     cacheable = CACHE_PRIVATE if read.private else CACHE_PUBLIC
     headers["cache-control"] = cacheable if not at_tail or meta.closed or read.live else "no-cache"
-    if call.headers.get("if-none-match") == tag:
+    if etag_matches(call.headers.get("if-none-match"), tag):
         del headers["content-type"]
         return Reply(304, headers)
     return Reply(200, headers, render_body(meta, chunk))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -116,6 +117,18 @@ def trimmed(meta: StreamMeta) -> ProtocolError:
 
 def etag(meta: StreamMeta, start: int, end: int, closed: bool) -> str:
     return f'"{meta.sid}:{start}:{end}{":c" if closed else ""}"'
+
+
+_ENTITY_TAG = re.compile(r'(?:W/)?("[^"]*")')
+
+
+def etag_matches(if_none_match: str | None, tag: str) -> bool:
+    """Whether If-None-Match names `tag`: `*`, or a list of entity tags compared weakly (RFC 9110)."""
+    if if_none_match is None:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    return tag in _ENTITY_TAG.findall(if_none_match)
 
 
 async def refuse_early(

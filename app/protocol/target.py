@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from app.domain.errors import bad_request
+from app.domain.errors import bad_request, missing_stream
 from app.domain.names import stream_id_problem
 
 # The /ds sub-resources of a stream, as trailing path segments: kind -> (methods without an
@@ -39,7 +39,12 @@ class StreamTarget:
         except ValueError:
             raise bad_request("Stream-Forked-From is not a valid path or URL", "invalid_fork") from None
         path = _percent_decode(_header_bytes(path), "Stream-Forked-From")
-        name = path[len(self.base) :] if path.startswith(self.base) else path.lstrip("/")
+        if path.startswith(self.base):
+            name = path[len(self.base) :]
+        elif path.startswith("/"):
+            raise missing_stream()  # a path of another family (or bucket): no stream of this one
+        else:
+            name = path
         validate_stream_id(name)
         return name
 
@@ -50,9 +55,21 @@ def decode_path(raw: bytes) -> str:
     return _percent_decode(raw, "the request path")
 
 
+# A `%` not followed by two hex digits: left as it is by unquote, so `a%zz` and `a%25zz` would name
+# one stream.
+_BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
+
+
 def _percent_decode(raw: bytes, what: str) -> str:
+    if b"%" not in raw:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise bad_request(f"{what} is not valid UTF-8", "invalid_stream_id") from None
+    if _BAD_ESCAPE.search(raw):
+        raise bad_request(f"{what} has a % that is not followed by two hex digits", "invalid_stream_id")
     try:
-        return (unquote_to_bytes(raw) if b"%" in raw else raw).decode()
+        return unquote_to_bytes(raw).decode()
     except UnicodeDecodeError:
         raise bad_request(f"{what} is not valid UTF-8 once percent-decoded", "invalid_stream_id") from None
 
@@ -72,7 +89,7 @@ def validate_stream_id(name: str, *, ds: bool = False) -> None:
     if problem is not None:
         raise bad_request(problem, "invalid_stream_id")
     segments = name.split("/")
-    if ds and NAMESPACE in segments:
+    if NAMESPACE in segments:  # in every family: the control routes live under it
         message = f"stream id may not have a {NAMESPACE} segment (the protocol's namespace)"
         raise bad_request(message, "invalid_stream_id")
     if ds and _ends_in_subroute(segments):

@@ -27,3 +27,13 @@ def test_etag_and_if_none_match(client: httpx.Client, path: str) -> None:
     assert after.status_code == 200
     assert after.content == b"v1v2"
     assert after.headers["etag"] != tag
+
+
+def test_if_none_match_compares_weakly_and_takes_lists_and_a_star(client: httpx.Client, path: str) -> None:
+    create(client, path, b"v1")
+    tag = client.get(path, params={"offset": "-1"}).headers["etag"]
+    for header in (f'"other", {tag}', f"W/{tag}", "*", f'{tag} ,"x"'):
+        again = client.get(path, params={"offset": "-1"}, headers={"if-none-match": header})
+        assert again.status_code == 304, header
+    for header in ('"other"', tag.strip('"'), f'"x{tag[1:]}'):
+        assert client.get(path, params={"offset": "-1"}, headers={"if-none-match": header}).status_code == 200

@@ -55,10 +55,11 @@ def test_invalid_stream_ids(name: str, message: str, ds: bool) -> None:
 
 
 @pytest.mark.parametrize("name", ["__ds", "a/__ds", "__ds/a", "a/__ds/b", "a/__ds/records"])
-def test_ds_ids_may_not_have_a_protocol_namespace_segment(name: str) -> None:
-    validate_stream_id(name)
+@pytest.mark.parametrize("ds", [False, True])
+def test_ids_may_not_have_a_protocol_namespace_segment(name: str, ds: bool) -> None:
+    """In no family: `r/__ds/x/__ds/subscriptions` would be a stream hiding r/__ds/x's groups."""
     with raises(400, "invalid_stream_id") as exc:
-        validate_stream_id(name, ds=True)
+        validate_stream_id(name, ds=ds)
     assert "__ds segment" in exc.value.message
 
 
@@ -150,16 +151,19 @@ DS_TARGET = StreamTarget("b", "fork", "/ds/b/")
         ("/ds/b/src", "src"),
         ("/ds/b/x/y", "x/y"),
         ("src", "src"),
-        ("/src", "src"),
         ("http://elsewhere:1/ds/b/src", "src"),
         ("https://h/ds/b/src?x=1#frag", "src"),
-        # Outside the family's prefix a path is read as an id in the same bucket.
-        ("/ds/other/src", "ds/other/src"),
-        ("/streams/src", "streams/src"),
     ],
 )
 def test_resolve_reads_paths_urls_and_bare_ids(reference: str, name: str) -> None:
     assert DS_TARGET.resolve(reference) == name
+
+
+@pytest.mark.parametrize("reference", ["/src", "/ds/other/src", "/streams/src", "http://h/v1/stream/src", "/ds/bb/s"])
+def test_resolve_finds_no_stream_at_a_path_outside_the_family(reference: str) -> None:
+    """Not an id of this family's bucket (`/streams/src` is no /ds stream named streams/src)."""
+    with raises(404, "stream_not_found"):
+        DS_TARGET.resolve(reference)
 
 
 @pytest.mark.parametrize(("reference", "name"), [("/streams/a/b", "a/b"), ("http://h/streams/a", "a"), ("a", "a")])
@@ -196,7 +200,9 @@ def test_resolve_decodes_percent_encoded_references(reference: str, name: str) -
     assert DS_TARGET.resolve(reference) == name
 
 
-@pytest.mark.parametrize("reference", ["/ds/b/a%ffb", "/ds/b/a\u00ffb", "/ds/b/%C3", "/ds/b/a%0Ab", "/ds/b/a%00"])
+@pytest.mark.parametrize(
+    "reference", ["/ds/b/a%ffb", "/ds/b/a\u00ffb", "/ds/b/%C3", "/ds/b/a%0Ab", "/ds/b/a%00", "/ds/b/a%zz", "/ds/b/a%"]
+)
 def test_resolve_refuses_references_that_decode_to_invalid_ids(reference: str) -> None:
     with raises(400, "invalid_stream_id"):
         DS_TARGET.resolve(reference)
@@ -225,6 +231,11 @@ def u() -> str:
         ("a%C2%85b", "stream id contains control character U+0085"),
         ("a%ffb", "the request path is not valid UTF-8 once percent-decoded"),
         ("a%C3", "the request path is not valid UTF-8 once percent-decoded"),
+        *[
+            (bad, "the request path has a % that is not followed by two hex digits")
+            for bad in ("a%zz", "a%", "a%2", "100%")
+        ],
+        ("a/__ds/x", "stream id may not have a __ds segment (the protocol's namespace)"),
         ("a/%2E%2E/b", "stream id has an empty, '.' or '..' segment"),
         ("a//b", "stream id has an empty, '.' or '..' segment"),
         ("x" * 1025, "stream id is longer than 1 KiB"),
