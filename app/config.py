@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from app.security.authenticator import AuthSettings
 from app.security.quotas import BucketQuota
@@ -150,13 +150,24 @@ def parse_peers(text: str) -> dict[int, str]:
     return peers
 
 
+def _merge(into: dict[str, Any], values: dict[str, Any]) -> None:
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     values: dict[str, Any] = {}
     if config_file is not None:
         with open(config_file, "rb") as fh:
             values.update(tomllib.load(fh))
+    # Flags win over the environment, which wins over the file (a table key by key: RILL_AUTH__MODE
+    # sets the mode and keeps the file's [auth] tokens). Passed to Settings, the file's values would
+    # win over the environment as every keyword does.
+    _merge(values, EnvSettingsSource(Settings)())
     values.update({k: v for k, v in overrides.items() if v is not None})
-    # Explicit values win over the environment; pydantic-settings reads RILL_* for the rest.
     settings = Settings(**values)
     if settings.cluster_secret_file is not None:
         settings.cluster_secret = settings.cluster_secret_file.read_text().strip()
