@@ -96,12 +96,25 @@ def _verify(ca: Path | None) -> ssl.SSLContext | bool:
         raise UsageError(f"--tls-ca {ca}: {getattr(exc, 'strerror', None) or 'holds no PEM certificate'}") from None
 
 
+def checked_token(token: str) -> str:
+    """The token as a header carries it (without the line break a file ends in); a UsageError, which
+    never shows it, if it holds a character no header can carry."""
+    token = token.strip()
+    if not _header_safe(token) or " " in token:
+        raise UsageError("the token holds a space, a line break or a non-ASCII character: no header can carry it")
+    return token
+
+
+def _header_safe(value: str) -> bool:
+    return value.isascii() and all(" " <= c != "\x7f" for c in value)
+
+
 class Client:
     """One keep-alive HTTP client for a command, carrying the token on every request."""
 
     def __init__(self, args: argparse.Namespace, timeout: httpx.Timeout | float = 30.0) -> None:
         self.server = server_url(args.server)
-        self.token = args.token or os.environ.get("RILL_TOKEN", "")
+        self.token = checked_token(args.token or os.environ.get("RILL_TOKEN", ""))
         self.http = httpx.Client(verify=_verify(args.tls_ca), timeout=timeout)
 
     def __enter__(self) -> Client:
@@ -152,8 +165,14 @@ class Client:
         content: bytes | None = None,
     ) -> Iterator[httpx.Response]:
         """A streamed response, after redirects and 503 retries; an error status raises HttpError."""
-        target = str(httpx.URL(url, params=params)) if params else url
-        first = httpx.URL(target)
+        for name, value in (headers or {}).items():
+            if not _header_safe(value):
+                raise UsageError(f"{name}: {value[:100]!r} holds a line break or a non-ASCII character")
+        try:
+            target = str(httpx.URL(url, params=params)) if params else url
+            first = httpx.URL(target)
+        except httpx.InvalidURL as exc:
+            raise UsageError(f"{url[:200]!r} is not a valid URL: {exc}") from None
         unavailable = 0
         for _ in range(MAX_REDIRECTS + MAX_UNAVAILABLE):
             sent = dict(headers or {})
@@ -196,6 +215,8 @@ class Client:
             raise Unreachable(f"cannot connect to {_origin(request.url)}: {_reason(exc)}") from None
         except httpx.TimeoutException:
             raise Unreachable(f"{request.method} {request.url}: timed out") from None
+        except httpx.LocalProtocolError:  # its message would show the header values, the token's too
+            raise CliError(f"{request.method} {request.url}: the request could not be sent as HTTP") from None
         except httpx.HTTPError as exc:
             raise Unreachable(f"{request.method} {request.url}: {_reason(exc)}") from None
 

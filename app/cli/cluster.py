@@ -22,7 +22,9 @@ import httpx
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from app.cli.client import CliError, checked_token
 from app.security.tokens import new_token, toml_entry
 
 
@@ -67,10 +69,14 @@ def main(args: argparse.Namespace) -> None:
     if args.cluster_command == "up":
         up(args)
         return
-    token = args.token or os.environ.get("RILL_TOKEN", "")
+    try:
+        token = checked_token(args.token or os.environ.get("RILL_TOKEN", ""))
+    except CliError as exc:
+        raise SystemExit(f"rill: error: {exc}") from None
     client = _client_options(token, args.tls_ca)
     if args.cluster_command == "status":
-        print_status(args.url, client=client)
+        if not print_status(args.url, client=client):
+            raise SystemExit(1)  # no node answered
     else:
         if not token:
             raise SystemExit("membership changes need --token (or RILL_TOKEN) with the admin:* scope")
@@ -81,7 +87,11 @@ def _client_options(token: str, ca: Path | None) -> dict[str, Any]:
     """httpx keyword arguments: the bearer token (if any) and the CA to verify https:// nodes with."""
     options: dict[str, Any] = {"headers": {"authorization": f"Bearer {token}"} if token else {}}
     if ca is not None:
-        options["verify"] = ssl.create_default_context(cafile=str(ca))
+        try:
+            options["verify"] = ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "strerror", None) or "holds no PEM certificate"
+            raise SystemExit(f"rill: error: --tls-ca {ca}: {reason}") from None
     return options
 
 
@@ -95,7 +105,11 @@ def change(args: argparse.Namespace, client: dict[str, Any]) -> None:
     # Redirects are followed here, not by httpx: it drops Authorization when the leader is another origin.
     with httpx.Client(timeout=300, **client) as http:
         for _ in range(60):
-            response = http.request(method, url, json=body)
+            try:
+                response = http.request(method, url, json=body)
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise SystemExit(f"rill: error: {method} {url}: {reason}") from None
             if response.status_code == 307:
                 url = response.headers["location"]
             elif response.status_code == 503:
@@ -175,16 +189,19 @@ def _wait_for_leader(urls: list[str], timeout: float = 30, client: dict[str, Any
 def _health(url: str, client: dict[str, Any] | None = None) -> dict[str, Any] | None:
     try:
         return dict(httpx.get(url.rstrip("/") + "/healthz", timeout=2, **(client or {})).json())
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError):
         return None
 
 
-def print_status(urls: list[str], console: Console | None = None, client: dict[str, Any] | None = None) -> None:
+def print_status(urls: list[str], console: Console | None = None, client: dict[str, Any] | None = None) -> bool:
+    """Prints each node's row; whether any node answered."""
     console = console or Console()
     known = {url.rstrip("/") for url in urls}
     for found in filter(None, (_health(url, client) for url in list(known))):
         known.update(url for url in found.get("peers", {}).values() if url)  # a lone node lists itself as ""
-    console.print(status_table({url: _health(url, client) for url in sorted(known)}))
+    healths = {url: _health(url, client) for url in sorted(known)}
+    console.print(status_table(healths))
+    return any(health is not None for health in healths.values())
 
 
 def status_table(healths: dict[str, dict[str, Any] | None]) -> Table:
@@ -200,14 +217,14 @@ def status_table(healths: dict[str, dict[str, Any] | None]) -> Table:
         table.add_column(header, justify="right", overflow="fold")
     for url, health in healths.items():
         if health is None:
-            table.add_row("?", url, "[red]no answer")
+            table.add_row("?", Text(url), Text("no answer", style="red"))
         elif "role" not in health:
-            table.add_row("?", url, "[yellow]up*")
+            table.add_row("?", Text(url), Text("up*", style="yellow"))
             limited = True
         else:
             fields = ("node", "role", "term", "leader", "commit", "applied", "last_index")
-            node, role, *rest = (str(health.get(k, "")) for k in fields)
-            table.add_row(node, url, role, *rest)
+            node, role, *rest = (Text(str(health.get(k, ""))) for k in fields)  # what a node says, as text
+            table.add_row(node, Text(url), role, *rest)
     if limited:
         table.caption = "up*: its details need a token with admin:* (--token)"
     return table

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from app.cli.client import Client
 
@@ -68,5 +69,5 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str)
     for column in columns:
         out.add_column(column.header, overflow="fold", no_wrap=column.whole)  # folded, never cut
     for row in rows:
-        out.add_row(*(c.cell(row) for c in columns))
+        out.add_row(*(Text(c.cell(row)) for c in columns))  # names as text: `[red]` is no markup here
     return out

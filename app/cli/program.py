@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
                 hot_backlog_budget=args.hot_backlog_budget,
             )
             check_tls_files(settings)
+            _usable_data_dir(settings.data_dir)
         except (ValueError, OSError) as exc:  # pydantic's ValidationError and TOMLDecodeError are ValueErrors
             config_error(exc)
         if args.auth is not None:  # the mode alone: the [auth] table's tokens and JWT settings stay
@@ -187,6 +188,14 @@ def _describe(exc: Exception) -> str:
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"cannot read {exc.filename}: {exc.strerror}"
     return str(exc)
+
+
+def _usable_data_dir(path: Path) -> None:
+    """A ValueError (one line, not a traceback) when the directory could not be made: a file is there
+    or on its way. Nothing is made yet: nothing may start before the configuration is valid."""
+    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--data-dir {path} cannot be used: {existing} is not a directory")
 
 
 class _EncryptedKey(Exception):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shlex
 import sys
 from pathlib import Path
 
@@ -16,8 +17,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "restore",
         help="rebuild a data directory from the object store's state backups and segments",
         description="Builds --data-dir from the newest state backup in the cold store (or the newest at or "
-        "before --at) and the segments sealed after it. Start it with `rill serve --data-dir D`: it is a "
-        "new one-node cluster; add nodes with `rill cluster add`.",
+        "before --at) and the segments sealed after it. Start it with `rill serve --data-dir D --cold-store "
+        "SOURCE` (the same store: its segments hold the tiered records): it is a new one-node cluster; add "
+        "nodes with `rill cluster add`.",
     )
     parser.add_argument(
         "--from", dest="source", required=True, help="the cold store: s3://bucket/prefix or file:///dir"
@@ -50,7 +52,7 @@ def main(args: argparse.Namespace) -> None:
     try:
         store = open_store(args.source, options)
         done = restore(store, args.data_dir, at_index, at_time)
-    except (RestoreError, StoreUnavailable, ValueError) as exc:
+    except (RestoreError, StoreUnavailable, ValueError, OSError) as exc:  # OSError: a data dir it cannot use
         print(f"rill: error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     when = datetime.datetime.fromtimestamp(done.created_at / 1000, datetime.UTC).isoformat(timespec="milliseconds")
@@ -65,4 +67,16 @@ def main(args: argparse.Namespace) -> None:
     if done.unknown_streams:
         shown = ", ".join(done.unknown_streams[:10]) + (" ..." if len(done.unknown_streams) > 10 else "")
         print(f"  not restored: {len(done.unknown_streams)} forks created after the backup ({shown})")
-    print(f"start it with: rill serve --data-dir {args.data_dir}")
+    print(f"start it with: {serve_command(args)}")
+
+
+def serve_command(args: argparse.Namespace) -> str:
+    """`rill serve` on the restored directory and the store restored from: the tiered records stay in
+    its segments (the region and path style are settings, given as RILL_* variables)."""
+    env = [f"RILL_S3_REGION={shlex.quote(args.s3_region)}"] if args.s3_region is not None else []
+    if args.s3_path_style is not None:
+        env.append(f"RILL_S3_PATH_STYLE={str(args.s3_path_style).lower()}")
+    words = ["rill", "serve", "--data-dir", str(args.data_dir), "--cold-store", args.source]
+    if args.s3_endpoint_url is not None:
+        words += ["--s3-endpoint-url", args.s3_endpoint_url]
+    return " ".join([*env, *map(shlex.quote, words)])

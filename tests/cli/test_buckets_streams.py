@@ -101,6 +101,16 @@ def test_a_terminal_gets_a_table_that_fits() -> None:
     assert "no buckets" in console.export_text()
 
 
+def test_names_are_shown_as_text_not_markup() -> None:
+    """A stream may be named `a[/b]x` (rich would raise) or carry a terminal hyperlink."""
+    names = ["a[/b]x", "[red]RED[/red] [link=http://evil.example]click[/link]"]
+    rows = [{"name": name, "created_at": "2025-01-01T00:00:00.000Z", "builtin": False} for name in names]
+    console = Console(width=200, record=True)
+    console.print(listing.table(rows, buckets.COLUMNS, "no buckets"))
+    text = console.export_text()
+    assert all(name in text for name in names)
+
+
 def test_subs_list_and_show(server: RillProcess, capsysbinary: Capture) -> None:
     base = server.url + "/v1/stream"
     httpx.put(base + "/subs-cli/wake", headers={"content-type": "application/json"}, content=b"[]")

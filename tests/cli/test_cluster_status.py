@@ -46,3 +46,9 @@ def test_https_and_huge_indexes_fold_numbers_not_urls() -> None:
     )
     assert max(len(line) for line in lines) <= 80
     assert url in "\n".join(lines) and "…" not in "\n".join(lines)
+
+
+def test_what_nodes_say_is_shown_as_text_not_markup() -> None:
+    url = "http://127.0.0.1:1"
+    lines = "\n".join(_render({url: {"node": 1, "role": "[red]leader[/red] [/x]", "term": 1, "leader": 1}}))
+    assert "[red]leader[/red] [/x]" in lines

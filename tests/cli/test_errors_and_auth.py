@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import argparse
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
 
+from app.cli.restore import serve_command
 from tests.cli.conftest import TOKEN, invoke, run
 from tests.server import RillProcess, free_port
 
@@ -41,6 +44,8 @@ def test_a_subprocess_failure_has_no_traceback(server: RillProcess) -> None:
         ["streams", "list", "a/b"],
         ["append", "a/b", "x", "--producer", "p", "--seq", "-1"],
         ["read", "a/b", "--tls-ca", "/nonexistent/ca.pem"],
+        ["read", "http://[::1"],
+        ["buckets", "list", "--server", "http://127.0.0.1:44377x"],
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], capsysbinary: Capture) -> None:
@@ -166,3 +171,36 @@ def test_a_redirect_other_than_307_is_an_error(capsysbinary: Capture) -> None:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize("token", ["rill_SE\rCRET", "rill_SE CRET", "rill_SECR\u00c9T", "rill_SE\nCRET"])
+def test_a_token_no_header_can_carry_is_refused_without_showing_it(token: str, capsysbinary: Capture) -> None:
+    port = free_port()  # nothing is sent: the token is refused before
+    code, out, err = invoke(capsysbinary, "read", "a/b", "--server", f"http://127.0.0.1:{port}", "--token", token)
+    assert (code, out) == (2, b"") and "SE" not in err and "SECR" not in err and err.count("\n") == 1
+
+
+def test_a_token_read_from_a_file_keeps_working_without_its_line_break(
+    auth_server: RillProcess, capsysbinary: Capture
+) -> None:
+    code, _, err = invoke(capsysbinary, "buckets", "list", "--server", auth_server.url, "--token", TOKEN + "\n")
+    assert code == 0, err
+
+
+def test_a_header_value_no_header_can_carry_is_a_usage_error(server: RillProcess, capsysbinary: Capture) -> None:
+    assert invoke(capsysbinary, "create", "errors/producer", "--server", server.url)[0] == 0
+    code, _, err = invoke(
+        capsysbinary, "append", "errors/producer", "x", "--producer", "\u00fcn\u00ef", "--server", server.url
+    )
+    assert code == 2 and err.startswith("rill: error: producer-id: ") and err.count("\n") == 1
+
+
+def test_restore_says_how_to_serve_with_the_store_it_restored_from() -> None:
+    args = argparse.Namespace(
+        data_dir=Path("/srv/rill data"), source="s3://b/prod", s3_endpoint_url="http://127.0.0.1:9000",
+        s3_region="eu-west-1", s3_path_style=True,
+    )  # fmt: skip
+    assert serve_command(args) == (
+        "RILL_S3_REGION=eu-west-1 RILL_S3_PATH_STYLE=true rill serve --data-dir '/srv/rill data' "
+        "--cold-store s3://b/prod --s3-endpoint-url http://127.0.0.1:9000"
+    )

@@ -136,3 +136,10 @@ def test_a_tls_ca_without_certificates(tmp_path: Path, certs: dict[str, Path]) -
 def test_an_unknown_unsafe_test_fault(tmp_path: Path) -> None:
     message = serve(tmp_path, env={"RILL_UNSAFE_TEST_FAULT": "lose-everything"})
     assert "unsafe_test_fault" in message
+
+
+def test_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    taken = write(tmp_path, "taken", "")
+    for data_dir in (taken, taken / "data"):
+        message = serve(tmp_path, "--data-dir", str(data_dir))
+        assert message == f"--data-dir {data_dir} cannot be used: {taken} is not a directory"
