@@ -112,9 +112,14 @@ def _name(header: str) -> bytes:
     return encoded
 
 
+# A stream's bytes may be HTML or SVG a writer chose: a browser opening them renders them in a sandbox,
+# an opaque origin without scripts' access to this one's (the console's token, its pages).
+REPLY_HEADERS = [*SECURITY_HEADERS, (b"content-security-policy", b"sandbox")]
+
+
 async def send_reply(send: Send, reply: Reply, head_only: bool = False) -> None:
     headers = [(_name(k), v.encode("latin-1")) for k, v in reply.headers.items()]
-    headers += SECURITY_HEADERS
+    headers += REPLY_HEADERS
     body = reply.body
     if reply.status != 204 and reply.status != 304:
         headers.append((b"content-length", b"%d" % len(body)))

@@ -130,3 +130,12 @@ def test_options_does_not_need_a_stream(client: httpx.Client, path: str) -> None
     )
     assert resp.status_code in (200, 204)
     assert re.search(r"if-none-match|\*", resp.headers["access-control-allow-headers"].lower())
+
+
+def test_html_a_writer_stored_is_served_in_a_sandbox(client: httpx.Client, path: str) -> None:
+    """A stream's bytes come from its writers: opened in a browser, HTML gets an origin of its own, and
+    its scripts no access to this one (the console and its token live here)."""
+    page = b"<script>alert(document.domain)</script>"
+    assert client.put(path, headers={"content-type": "text/html"}, content=page).status_code == 201
+    read = client.get(path, params={"offset": "-1"})
+    assert read.content == page and read.headers["content-security-policy"] == "sandbox"
