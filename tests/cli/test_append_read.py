@@ -40,13 +40,26 @@ def test_json_stdin_lines_become_messages(bucket: str) -> None:
     read = run("read", url)
     assert read.returncode == 0, read.stderr
     assert [json.loads(line) for line in read.stdout.splitlines()] == messages
-    assert read.stdout.decode() == "".join(
-        json.dumps(m, separators=(",", ":"), ensure_ascii=False) + "\n" for m in messages
+    assert read.stdout.decode() == "".join(  # each message's own text, without its spaces
+        json.dumps(m, separators=(",", ":")) + "\n" for m in messages
     )
     # 2,500 lines went as three POSTs of at most 1,000 (seqs 0, 1, 2): the producer's next seq is 3.
     gap = run("append", url, '{"late": true}', "--producer", "loader", "--seq", "5")
     assert gap.returncode == 1 and b"expects --seq 3" in gap.stderr, gap.stderr
     assert run("append", url, '{"late": true}', "--producer", "loader", "--seq", "3").returncode == 0
+
+
+def test_json_messages_are_printed_as_their_own_text(bucket: str) -> None:
+    """Numbers as written (1.10, 1e400, 0.1000000000000000055511151231257827), not as Python reads
+    them (1.1, Infinity, 0.1); spaces outside strings dropped, so each message is one line."""
+    url = _create(bucket + "/json-exact", "application/json")
+    sent = '{"a": 1.10, "b": 1e400, "c": 0.1000000000000000055511151231257827}\n{"s": "x  y\\" z", "e": "\\u00e9"}\n'
+    assert run("append", url, "-", stdin=sent.encode()).returncode == 0
+    read = run("read", url)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.decode() == (
+        '{"a":1.10,"b":1e400,"c":0.1000000000000000055511151231257827}\n{"s":"x  y\\" z","e":"\\u00e9"}\n'
+    )
 
 
 def test_a_line_that_is_not_json_stops_with_its_number(bucket: str, capsysbinary: Capture) -> None:
