@@ -194,6 +194,10 @@ class Client:
                     f"{method} {url}: the server answered {status} (a redirect this command does not follow)"
                 )
             if status == 503 and "retry-after" in response.headers and unavailable < MAX_UNAVAILABLE:
+                if not _safe_to_repeat(method, sent, response):
+                    response.read()
+                    error = self.error(response)
+                    raise HttpError(f"{error} (it may have been applied: not sent again)", response, error.code)
                 response.close()
                 unavailable += 1
                 time.sleep(_seconds(response.headers["retry-after"]))
@@ -227,6 +231,20 @@ class Client:
         if response.status_code == 401 and not self.token:
             text += " (pass --token or set RILL_TOKEN)"
         return HttpError(text, response, code)
+
+
+# 503s after which a write may have been applied: the leader changed with it in flight, or a
+# follower's forward got no answer.
+OUTCOME_UNKNOWN = frozenset({"retry", "leader_unreachable"})
+
+
+def _safe_to_repeat(method: str, headers: Mapping[str, str], response: httpx.Response) -> bool:
+    """Whether a request answered 503 may be sent again: anything but an append without a producer
+    (whose repeat the server would store twice) after an answer that leaves its outcome unknown."""
+    if method != "POST" or "producer-id" in {name.lower() for name in headers}:
+        return True
+    response.read()
+    return _error_fields(response)[0] not in OUTCOME_UNKNOWN
 
 
 def _error_fields(response: httpx.Response) -> tuple[str | None, str]:

@@ -204,3 +204,45 @@ def test_restore_says_how_to_serve_with_the_store_it_restored_from() -> None:
         "RILL_S3_REGION=eu-west-1 RILL_S3_PATH_STYLE=true rill serve --data-dir '/srv/rill data' "
         "--cold-store s3://b/prod --s3-endpoint-url http://127.0.0.1:9000"
     )
+
+
+class LeaderChanged(BaseHTTPRequestHandler):
+    """A stream whose appends are answered as a write in flight through a change of leader is."""
+
+    posts: list[dict[str, str]] = []
+
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+        self.send_response(200)
+        self.send_header("content-type", "text/plain")
+        self.send_header("stream-next-offset", "0")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.posts.append({k.lower(): v for k, v in self.headers.items()})
+        body = b'{"error": {"code": "retry", "message": "leadership changed; retry the request"}}'
+        self.send_response(503)
+        self.send_header("retry-after", "0.1")
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_append_whose_outcome_is_unknown_is_not_sent_twice(capsysbinary: Capture) -> None:
+    """Without a producer the server would store a repeat as a second append; with one it dedupes."""
+    handler = type("Changed", (LeaderChanged,), {"posts": []})
+    httpd, port = _serve(handler)
+    try:
+        url = f"http://127.0.0.1:{port}/ds/b/s"
+        code, _, err = invoke(capsysbinary, "append", url, "once")
+        assert code == 1 and "503 retry" in err and "not sent again" in err and len(handler.posts) == 1
+        invoke(capsysbinary, "append", url, "safe", "--producer", "p")
+        assert len(handler.posts) > 2  # a producer's append is repeated: the server deduplicates it
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
