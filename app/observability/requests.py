@@ -69,8 +69,12 @@ def count_requests(app: ASGIApp, counters: RequestCounters) -> ASGIApp:
         mode = live_mode(scope["query_string"]) if scope["method"] == "GET" else None
         if mode is not None:
             counters.live[mode] += 1
+        failed = False
         try:
             await app(scope, receive, send)
+        except Exception:
+            failed = True  # the server answers 500 once this returns, if nothing was sent yet
+            raise
         finally:
             if mode is not None:
                 counters.live[mode] -= 1
@@ -80,6 +84,8 @@ def count_requests(app: ASGIApp, counters: RequestCounters) -> ASGIApp:
             status = seen.status
             if status == 0 and scope.get(SWITCHED):
                 status = 101
+            elif status == 0 and failed:
+                status = 500
             counters.finished(family_of(scope["path"]), method, status, elapsed)
 
     return counted
