@@ -30,7 +30,7 @@ from app.routes import cluster as cluster_routes
 from app.routes.cors import Cors
 from app.routes.forward import Forwarder
 from app.security.authenticator import Authenticator
-from app.service.build import Node, OpenKV, build_node
+from app.service.build import Node, OpenKV, build_node, own_origins
 from app.service.clock import wall_clock_ms
 from app.serving.clients import ClientSlots
 
@@ -87,7 +87,7 @@ def create_app(
         node.transport,
     )
     state.verifier, state.checkpoints = node.verifier, node.checkpoints
-    streams = Cors(StreamRoutes(node.engine, auth, forwarder, fallback), settings.cors_origins)
+    streams = Cors(StreamRoutes(node.engine, auth, forwarder, fallback), settings.cors_origins, own_origins(settings))
     return count_requests(_with_raft_messages(streams, node), requests)
 
 

@@ -64,8 +64,9 @@ class Cors:
     """Listed origins (or `*` listed) get every method, a token and the protocol's headers; any other
     origin only reads: its writes are refused (403), and so are its preflights for them (400)."""
 
-    def __init__(self, app: ASGIApp, origins: list[str]) -> None:
+    def __init__(self, app: ASGIApp, origins: list[str], own: frozenset[str] = frozenset()) -> None:
         self.app = app
+        self.own = own  # the node's own pages' origins (app/service/build.py: own_origins)
         self.trusted = CORSMiddleware(
             app,
             allow_origins=origins,
@@ -107,7 +108,7 @@ class Cors:
             await self._preflight(scope, receive, send, chosen)
         elif chosen is not None:
             await chosen(scope, receive, with_security_headers(send))
-        elif _own_origin(scope, origin):
+        elif origin.lower() in self.own:
             await self.app(scope, receive, send)  # the server's own pages (the console): not cross-origin
         else:
             message = f"a page from {origin[:200]} may not write here: list its origin in cors_origins"
@@ -129,9 +130,3 @@ class Cors:
 def _asked_method(scope: Scope) -> str | None:
     asked = next((v for n, v in scope["headers"] if n == b"access-control-request-method"), None)
     return None if asked is None else asked.decode("latin-1")
-
-
-def _own_origin(scope: Scope, origin: str) -> bool:
-    """Whether `origin` is the one the request was sent to (scheme and Host), as a browser names it."""
-    host = next((v for n, v in scope["headers"] if n == b"host"), None)
-    return host is not None and origin == f"{scope.get('scheme', 'http')}://{host.decode('latin-1')}"

@@ -17,6 +17,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from app.cluster.checkpoints import Checkpoints
 from app.cluster.driver import RaftNode
@@ -263,6 +264,20 @@ def _limits(settings: Settings) -> Limits:
         base_url=base_url(settings),
         body_budget_bytes=settings.body_budget_bytes,
     )
+
+
+def own_origins(settings: Settings) -> frozenset[str]:
+    """The origins of this node's own pages (the console), whose writes are not cross-origin: its
+    base URL's and its peer URL's, and the loopback names at the port it listens on. Never one the
+    Host header names: a page at a name re-pointed to this machine (DNS rebinding) would send both."""
+    scheme = "https" if settings.tls_cert else "http"
+    port = "" if settings.port == {"http": 80, "https": 443}[scheme] else f":{settings.port}"
+    found = {f"{scheme}://{host}{port}" for host in ("localhost", "127.0.0.1", "[::1]")}
+    for url in (base_url(settings), settings.peers.get(settings.node_id)):
+        if url:
+            parts = urlsplit(url)
+            found.add(f"{parts.scheme}://{parts.netloc}".lower())
+    return frozenset(found)
 
 
 def base_url(settings: Settings) -> str:

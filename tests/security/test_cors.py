@@ -91,13 +91,23 @@ async def test_an_unlisted_origin_may_not_write_even_without_a_preflight(client:
     assert (await client.get("/v1/stream/cors-write", params={"offset": "-1"})).content == b"kept"
 
 
-async def test_a_page_of_the_servers_own_origin_may_write(client: httpx.AsyncClient) -> None:
-    """The console is served by the node itself: its writes are same-origin, not cross-origin."""
-    own = {"origin": "http://rill.test", "content-type": "text/plain"}  # the client sends Host: rill.test
-    assert (await client.put("/v1/stream/cors-own", headers=own, content=b"a")).status_code == 201
-    assert (await client.post("/v1/stream/cors-own", headers=own, content=b"b")).status_code == 204
-    other_port = {**own, "origin": "http://rill.test:8080"}
-    assert (await client.post("/v1/stream/cors-own", headers=other_port, content=b"c")).status_code == 403
+async def test_a_page_of_the_nodes_own_origin_may_write(client: httpx.AsyncClient) -> None:
+    """The console is served by the node itself: its writes are same-origin, whichever loopback name
+    the browser used; the node listens on 127.0.0.1:4437 here."""
+    for origin in ("http://127.0.0.1:4437", "http://localhost:4437", "http://[::1]:4437"):
+        own = {"origin": origin, "content-type": "text/plain"}
+        assert (await client.put("/v1/stream/cors-own", headers=own, content=b"a")).status_code in (200, 201)
+        assert (await client.post("/v1/stream/cors-own", headers=own, content=b"b")).status_code == 204, origin
+    for origin in ("http://localhost:8080", "https://127.0.0.1:4437"):
+        other = {"origin": origin, "content-type": "text/plain"}
+        assert (await client.post("/v1/stream/cors-own", headers=other, content=b"c")).status_code == 403, origin
+
+
+async def test_a_host_header_does_not_make_an_origin_the_nodes_own(client: httpx.AsyncClient) -> None:
+    """DNS rebinding: a page of evil.example, its name re-pointed at this machine, sends both."""
+    rebound = {"origin": "http://evil.example:4437", "host": "evil.example:4437", "content-type": "text/plain"}
+    assert (await client.put("/v1/stream/cors-rebound", headers=rebound, content=b"x")).status_code == 403
+    assert (await client.head("/v1/stream/cors-rebound")).status_code == 404
 
 
 async def test_a_refused_preflight_is_a_json_error(client: httpx.AsyncClient) -> None:

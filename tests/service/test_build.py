@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from app.service.build import base_url, build_node
+from app.service.build import base_url, build_node, own_origins
 from app.state_machine.commands import Code, CreateStream
 from app.state_machine.machine import COMPAT_BUCKET
 from app.storage.kv import MemoryKV
@@ -52,3 +52,12 @@ def test_a_cluster_member_gets_a_transport_that_starts_with_the_node(tmp_path: P
 )
 def test_the_base_url_is_configured_never_a_clients_host(settings: dict[str, object], expected: str) -> None:
     assert base_url(Settings(**settings)) == expected  # type: ignore[arg-type]
+
+
+def test_the_nodes_own_origins_are_its_urls_and_loopback_names_at_its_port() -> None:
+    single = own_origins(Settings(port=4437))
+    assert {"http://127.0.0.1:4437", "http://localhost:4437", "http://[::1]:4437"} <= single
+    public = own_origins(Settings(port=80, public_url="https://Rill.Example.com/base/"))
+    assert "https://rill.example.com" in public and "http://localhost" in public  # default ports unnamed
+    member = own_origins(Settings(node_id=2, peers={1: "http://10.0.0.1:4437", 2: "http://10.0.0.2:4438"}))
+    assert "http://10.0.0.2:4438" in member and "http://10.0.0.1:4437" not in member
