@@ -7,7 +7,7 @@ too, read-only: their streams are made through their own families.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 
 import msgspec
 from starlette.types import Send
@@ -26,7 +26,7 @@ from app.state_machine.table import BUILTIN_BUCKETS
 
 ALLOWED = "GET, HEAD, PUT, DELETE, OPTIONS"
 READ_ONLY = "GET, HEAD, OPTIONS"
-SKIP_AT_MOST = 10_000  # entries a listing page passes over (deleted, expired, not visible) before it ends
+SKIP_AT_MOST = 10_000  # deleted or expired streams a listing page passes over before it ends
 _json = msgspec.json.Encoder()
 
 
@@ -39,36 +39,35 @@ async def serve_bucket(engine: Engine, call: Call, bucket: str, send: Send) -> N
     await answer(call, send, _dispatch(engine, call, bucket))
 
 
-async def serve_bucket_list(engine: Engine, call: Call, visible: Callable[[str], bool], send: Send) -> None:
-    """`GET /ds`: the buckets `visible` admits (all of them with auth off), in name order, paged."""
-    await answer(call, send, _list(engine, call, visible))
+async def serve_bucket_list(engine: Engine, call: Call, readable: frozenset[str] | None, send: Send) -> None:
+    """`GET /ds`: the buckets the caller may read (`readable`; None: every bucket), in name order, paged.
+    A page never names a bucket outside `readable`, its `next` included."""
+    await answer(call, send, _list(engine, call, readable))
 
 
-async def _list(engine: Engine, call: Call, visible: Callable[[str], bool]) -> Reply:
+async def _list(engine: Engine, call: Call, readable: frozenset[str] | None) -> Reply:
     if call.method == "OPTIONS":
         return Reply(204, {"allow": READ_ONLY})
     if call.method not in ("GET", "HEAD"):
         return error_reply(405, "method_not_allowed", "the bucket listing is read-only", {"allow": READ_ONLY})
     prefix, after, limit = _page(call)
     await engine.read_barrier()
+    created = engine.buckets()
+    if readable is None:
+        names: Iterable[str] = engine.bucket_names(max(prefix, after))
+    else:  # as many as the caller's grants: sorted here rather than looked for among all buckets
+        names = sorted(name for name in readable if name > after and name.startswith(prefix) and name in created)
     page: list[str] = []
-    has_more, next_after, skipped = False, None, 0
-    for name in engine.bucket_names(max(prefix, after)):
+    has_more, next_after = False, None
+    for name in names:
         if name <= after:
             continue
         if not name.startswith(prefix):
             break  # in name order: past the prefix
-        if not visible(name):
-            skipped += 1
-            if skipped == SKIP_AT_MOST:  # a page ends early rather than skip without end
-                has_more, next_after = True, name
-                break
-            continue
         if len(page) == limit:
             has_more, next_after = True, page[-1]
             break
         page.append(name)
-    created = engine.buckets()
     body = {
         "buckets": [{"name": n, "created_at": _created(created[n]), "builtin": n in BUILTIN_BUCKETS} for n in page],
         "has_more": has_more,

@@ -30,7 +30,7 @@ from app.routes import compat, ds, legacy
 from app.routes.forward import Forwarder
 from app.security.authenticator import Authenticator, unauthorized
 from app.security.policy import action_for, authorize
-from app.security.scopes import Action
+from app.security.scopes import ANY_BUCKET, Action, Principal
 from app.service.engine import Engine
 from app.state_machine.table import BUILTIN_BUCKETS
 
@@ -127,12 +127,15 @@ class StreamRoutes:
             await send_reply(send, render_error(exc), head_only=call.method == "HEAD")
             return
 
-        def visible(bucket: str) -> bool:
-            if not self.auth.enabled or bucket in self.auth.public_read:
-                return True
-            return principal is not None and principal.may(Action.READ, bucket)
+        await serve_bucket_list(self.engine, call, self._readable(principal), send)
 
-        await serve_bucket_list(self.engine, call, visible, send)
+    def _readable(self, principal: Principal | None) -> frozenset[str] | None:
+        """The buckets a caller may read, by name; None for all of them. Grants name buckets exactly,
+        so unless one covers every bucket the listing walks this set, not every bucket there is."""
+        if not self.auth.enabled or (principal is not None and principal.may(Action.READ, ANY_BUCKET)):
+            return None
+        granted = () if principal is None else (b for b in principal.grants if principal.may(Action.READ, b))
+        return self.auth.public_read | frozenset(granted)
 
     async def _authorize(self, call: Call, target: StreamTarget | Extension | ControlTarget | str) -> None:
         """The one access check of every stream, bucket and sub-resource request."""

@@ -1,6 +1,6 @@
 """A listing page costs what it holds: buckets are read in name order from where the page starts
-(not all of them sorted), and a page passes over at most SKIP_AT_MOST entries it does not show
-(deleted or expired streams, buckets the caller may not see) before it ends with `next`."""
+(not all of them sorted; a caller whose grants name its buckets gets them from its grants), and a
+page passes over at most SKIP_AT_MOST deleted or expired streams before it ends with `next`."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
+from app.protocol import buckets
 from app.security.scopes import Action
 from tests.http.helpers import uid
 from tests.inprocess import Node
@@ -180,3 +181,26 @@ async def test_the_bucket_listing_shows_only_what_the_caller_may_read(client: ht
     assert await names(bearer(TOKENS["zeta-admin"])) == {OTHER, PUBLIC}
     assert {PRIVATE, OTHER, PUBLIC, LEGACY, COMPAT} <= await names(bearer(TOKENS["root"]))
     assert (await client.get("/ds", headers={"authorization": "Bearer nope"})).status_code == 401
+
+
+async def test_no_listing_page_names_a_bucket_the_caller_may_not_read(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not in its buckets, nor in `next`, however many hidden buckets a page would pass over: a
+    caller could otherwise page through every hidden name with `after`."""
+    monkeypatch.setattr(buckets, "SKIP_AT_MOST", 1)  # as if each page passed over 10,000 hidden ones
+    root = bearer(TOKENS["root"])
+    hidden = [f"hidden-{uid()}" for _ in range(5)]
+    for name in hidden:
+        assert (await client.put(f"/ds/{name}", headers=root)).status_code == 201
+    for headers in ({}, bearer(TOKENS["acme-read"])):
+        seen, after = [], ""
+        while True:
+            page = (await client.get("/ds", params={"limit": 1, "after": after}, headers=headers)).json()
+            seen += [b["name"] for b in page["buckets"]]
+            assert page["next"] is None or page["next"] in seen
+            if not page["has_more"]:
+                break
+            after = page["next"]
+        assert not set(seen) & set(hidden) and seen == sorted(seen)
+        assert (await client.get("/ds", params={"after": hidden[0]}, headers=headers)).json()["next"] in (None, *seen)
