@@ -10,7 +10,8 @@ the backup comes back from the object store alone: its sealed records, content t
 not what only the lost state knew (a TTL, closure, attributes).
 
 The node starts as a new one-node cluster (the backup's membership is dropped; its Raft log begins
-right after the backup's index); others join it with `rill cluster add`. Acknowledged appends that
+right after the newest backup's index in the store, so that the new history's backups come after
+any of an abandoned one's); others join it with `rill cluster add`. Acknowledged appends that
 were neither in the backup nor in a segment sealed after it are lost; `Restored.recovery_point` is the
 time before which nothing acknowledged is.
 """
@@ -112,15 +113,19 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
             raise RestoreError(f"{data_dir / part} exists: restore into an empty data directory")
     key, data = choose(store, at_index, at_time)
     header, frames = backup.decode(data)
+    # The new history's log starts past every backup in the store: restored to an earlier point, its
+    # own backups must be the newest (by index) there, not the abandoned history's later ones, which
+    # pruning, the collector's floor and a later restore would otherwise take for its own.
+    start = max([header.index, *(index for index, _, _ in backups(store))])
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
-        done = _restore_state(store, data_dir, key, header, frames)
+        done = _restore_state(store, data_dir, key, header, frames, start)
         log = RocksKV(data_dir / "raft", LOG_COLUMN_FAMILIES)
         try:
             # The log starts after the backup, as on a follower that installed it as a checkpoint.
             raft_log = LogStore(log)
-            raft_log.restore(header.index, header.term)
-            raft_log.save(HardState(term=header.term, vote=0, commit=header.index), [])
+            raft_log.restore(start, header.term)
+            raft_log.save(HardState(term=header.term, vote=0, commit=start), [])
         finally:
             log.close()
     except BaseException:
@@ -131,7 +136,7 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
 
 
 def _restore_state(
-    store: ObjectStore, data_dir: Path, key: str, header: backup.Header, frames: Iterator[list[Pair]]
+    store: ObjectStore, data_dir: Path, key: str, header: backup.Header, frames: Iterator[list[Pair]], start: int
 ) -> Restored:
     state = StateStore(data_dir, r.COLUMN_FAMILIES).open()
     try:
@@ -139,7 +144,7 @@ def _restore_state(
             load(state, frame)
         metas = _streams(state)
         done = Restored(key, header.index, header.term, header.created_at, len(metas))
-        _start_a_new_cluster(state)
+        _start_a_new_cluster(state, start, header.term)
         found = catalog.read(store, catalog.listing(store), done.skipped)
         objects = _Objects(store)
         packs_in_backup = {key.decode() for key, _ in state.scan(r.PACKS, b"")}
@@ -154,10 +159,12 @@ def _restore_state(
         state.close()
 
 
-def _start_a_new_cluster(state: KV) -> None:
-    """Drops the old cluster's membership: the node's own settings say who it is."""
+def _start_a_new_cluster(state: KV, start: int, term: int) -> None:
+    """Drops the old cluster's membership (the node's own settings say who it is), and has the state
+    applied up to where the new log starts."""
     batch = Batch()
     batch.delete(r.SM_META, r.MEMBERSHIP_KEY)
+    batch.put(r.SM_META, r.APPLIED_KEY, r.encode_applied(start, term))
     state.write(batch)
 
 

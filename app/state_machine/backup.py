@@ -34,7 +34,8 @@ FORMAT = 1  # bump when the layout changes; restore reads every format that ever
 MAGIC = b"RILLSTATE\n"
 # Not a bucket's directory: bucket ids have no dot, and the built-in buckets do not start with one.
 KEY_PREFIX = ".rill/state/"
-_KEY = re.compile(r"\.rill/state/(\d{20})-([0-9a-f]{64})\.state")
+_KEY = re.compile(r"\.rill/state/([0-9]{20})-([0-9a-f]{64})\.state")  # ASCII digits: \d takes any script's
+MAX_INDEX = (1 << 63) - 1  # a Raft index is a u64 in the log, and no log reaches this: a larger key is not ours
 _U32 = struct.Struct(">I")
 _FRAME_BYTES = 1 << 20
 MAX_FRAME_BYTES = 1 << 30  # a frame closes past 1 MiB, so it is that plus its last pair (a record)
@@ -70,7 +71,9 @@ def key_for(index: int, sha256: str) -> str:
 def parse_key(key: str) -> tuple[int, str] | None:
     """(index, sha256) of a backup's key; None for any other key."""
     match = _KEY.fullmatch(key)
-    return (int(match[1]), match[2]) if match else None
+    if match is None or int(match[1]) > MAX_INDEX:
+        return None
+    return int(match[1]), match[2]
 
 
 def pairs_to_keep(kv: KV, skipped: list[int] | None = None) -> Iterator[Pair]:

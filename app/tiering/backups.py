@@ -15,6 +15,7 @@ when every node's disk is lost. `recovery_point` says how far behind the object 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from dataclasses import dataclass
@@ -152,6 +153,8 @@ class StateBackups:
             self.store.put_file(key, file, sha256)
             info = self.store.stat(key)
             if info is None or info.size != size or info.sha256 not in (None, sha256):
+                with contextlib.suppress(Exception):  # not what its key names: a restore must not take it
+                    self.store.delete(key)
                 raise StoreUnavailable(f"uploaded {key} but the store holds something else")
             return header, key, size
         finally:
@@ -167,13 +170,13 @@ class StateBackups:
         self._kept = [index for index, _ in found[pruned:]]
 
     def floor(self) -> int | None:
-        """The index of the newest backup in the store, or of the one under way if lower; None when
-        there is none. The objects the newest backup names stay (the worker deletes only what an
-        entry after it released), so that restoring it finds every one: 0 until this leader has
-        listed the backups. Older kept backups may name objects deleted since."""
+        """The index of the oldest backup kept in the store, or of the one under way if lower; None
+        when there is none. The objects every kept backup names stay (the worker deletes only what
+        an entry after it released), so that restoring any of them (`rill restore --at`) finds every
+        one: 0 until this leader has listed the backups."""
         if self._kept is None:
             return 0
-        held = [*self._kept[-1:], *([] if self._taking is None else [self._taking])]
+        held = [*self._kept[:1], *([] if self._taking is None else [self._taking])]
         return min(held) if held else None
 
     def recovery_point_age(self, now: int, oldest_unsealed: int | None) -> float | None:

@@ -139,14 +139,18 @@ class FileStore:
 
     def _write(self, key: str, fill: Callable[[BinaryIO], object]) -> None:
         path = self._path(key)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as fh:
-                fill(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            try:
+                with open(tmp, "wb") as fh:
+                    fill(fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a full disk must not fill up further with halves
+                raise
             dir_fd = os.open(path.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
@@ -174,14 +178,19 @@ class FileStore:
             raise self._error(exc) from exc
 
     def stat(self, key: str) -> ObjectInfo | None:
-        # A directory keeps no metadata, so the digest is recomputed: a real read-back check.
+        # A directory keeps no metadata, so the digest is recomputed: a real read-back check, read a
+        # piece at a time (a state backup may be larger than the memory to spare).
+        digest, size = hashlib.sha256(), 0
         try:
-            data = self._path(key).read_bytes()
+            with open(self._path(key), "rb") as fh:
+                while piece := fh.read(1 << 20):
+                    digest.update(piece)
+                    size += len(piece)
         except OSError as exc:
             if self._missing(exc):
                 return None
             raise self._error(exc) from exc
-        return ObjectInfo(len(data), sha256_hex(data))
+        return ObjectInfo(size, digest.hexdigest())
 
     def delete(self, key: str) -> None:
         path = self._path(key)

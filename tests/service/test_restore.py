@@ -123,6 +123,27 @@ def test_at_an_index_takes_the_backup_at_or_before_it(world: tuple[TH, FileStore
         restore(store, tmp_path / "none", at_index=first - 1)
 
 
+def test_a_restore_to_an_earlier_point_starts_its_history_after_every_backup(
+    world: tuple[TH, FileStore, int], tmp_path: Path
+) -> None:
+    """Its own backups must be the newest in the store: the abandoned history's later ones would
+    otherwise have its own pruned, hold the collector's floor, and be what the next restore takes."""
+    h, store, first = world
+    second = _back_up(h, store, T0 + 9000)
+    assert restore(store, tmp_path / "older", at_index=first).index == first
+    machine = StateMachine(RocksKV(tmp_path / "older" / "state", r.COLUMN_FAMILIES))
+    try:
+        assert machine.applied_index == second and machine.lookup(B, "s") is not None
+    finally:
+        machine.kv.close()
+    raft = RocksKV(tmp_path / "older" / "raft", log_store.COLUMN_FAMILIES)
+    try:
+        log = LogStore(raft)
+        assert (log.compacted_index, log.last_index, log.hard_state().commit) == (second, second, second)
+    finally:
+        raft.close()
+
+
 def test_nothing_is_written_over_a_node_or_from_an_empty_store(
     world: tuple[TH, FileStore, int], tmp_path: Path
 ) -> None:

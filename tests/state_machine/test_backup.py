@@ -70,6 +70,10 @@ def test_the_key_names_the_index_and_the_digest_and_nothing_else_parses() -> Non
     assert backup.parse_key(key)[0] == 42  # type: ignore[index]
     for other in ("b/s/manifest.json", ".rill/state/42.state", key + ".tmp", key.replace(".state", ".json")):
         assert backup.parse_key(other) is None
+    digest = "0" * 64
+    assert backup.parse_key(f"{backup.KEY_PREFIX}{backup.MAX_INDEX:020d}-{digest}.state") is not None
+    for index in ("9" * 20, "\u0661" * 20, f"{backup.MAX_INDEX + 1:020d}"):  # past any log; Arabic-Indic digits
+        assert backup.parse_key(f"{backup.KEY_PREFIX}{index}-{digest}.state") is None
 
 
 def test_a_wrong_digest_a_foreign_object_or_a_corrupt_body_is_refused() -> None:

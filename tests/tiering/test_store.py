@@ -367,3 +367,24 @@ def test_get_range_reads_part_of_an_object(store: ObjectStore) -> None:
     assert store.get_range("r/obj", 4, 4) == b""
     with pytest.raises(KeyError):
         store.get_range("r/missing", 0, 4)
+
+
+def test_file_store_a_failed_put_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """A full disk fails the write: its half must not stay, one more per retry."""
+    store = FileStore(tmp_path)
+
+    def fail(fh: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    for _ in range(3):
+        with pytest.raises(StoreUnavailable):
+            store._write("b/s/segments/x.parquet", fail)
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_file_store_stat_reads_the_digest_of_what_it_holds(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    data = os.urandom(3 << 20)  # more than one read's piece
+    store.put("k", data)
+    assert store.stat("k") == ObjectInfo(len(data), hashlib.sha256(data).hexdigest())
+    assert store.stat("missing") is None
