@@ -14,6 +14,7 @@ from app.security.scopes import Principal
 from app.security.tokens import TokenConfig, TokenTable
 
 _VERIFIED_CACHE = 4096  # JWTs seen recently, so a signature is checked once per token, not per request
+_VERIFIED_FOR_MS = 60_000  # then checked again: against the JWKS as it is now (a key may be withdrawn)
 
 
 class AuthSettings(BaseModel):
@@ -45,7 +46,7 @@ class Authenticator:
         self.tokens = TokenTable(settings.tokens)
         self.jwt = JWTVerifier(settings.jwt) if settings.jwt is not None else None
         self.clock = clock
-        self._verified: dict[str, Principal] = {}
+        self._verified: dict[str, tuple[Principal, int]] = {}  # token -> (principal, until when, ms)
 
     @property
     def configured(self) -> bool:
@@ -73,8 +74,8 @@ class Authenticator:
     async def _verify_jwt(self, token: str) -> Principal:
         assert self.jwt is not None
         cached = self._verified.get(token)
-        if cached is not None:
-            return cached
+        if cached is not None and cached[1] > self.clock():
+            return cached[0]
         try:
             principal = await self.jwt.verify(token)
         except InvalidToken as exc:
@@ -86,5 +87,5 @@ class Authenticator:
             raise ProtocolError(503, "jwks_unavailable", message, {"retry-after": str(exc.retry_after)}) from None
         if len(self._verified) >= _VERIFIED_CACHE:
             self._verified.clear()
-        self._verified[token] = principal
+        self._verified[token] = principal, self.clock() + _VERIFIED_FOR_MS
         return principal

@@ -2,10 +2,11 @@
 
 One fetch is in flight at a time, on the "jwks" pool, and verifications that need it wait for it on the
 event loop rather than on threads of their own. A fetch has `timeout` seconds; an endpoint that never
-answers holds one "jwks" thread and nothing else. A kid not in the set is answered from memory:
-after a fetch without it, for `UNKNOWN_TTL_SECONDS`, and in any case until `REFETCH_SECONDS` have
-passed since the last fetch, so tokens with made-up kids cannot make the server fetch at will.
-The keys of the last good fetch stay in use while the endpoint is failing.
+answers holds one "jwks" thread and nothing else. A kid not in the set is answered from memory until
+`REFETCH_SECONDS` have passed since the last fetch, so tokens with made-up kids cannot make the
+server fetch at will, and a key published since is found within that. The set is fetched again when
+a token needs it `KEYS_MAX_AGE_SECONDS` after the last fetch, so a key the provider withdrew stops
+verifying. The keys of the last good fetch stay in use while the endpoint is failing.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from app.runtime import blocking
 log = logging.getLogger("rill.security")
 
 REFETCH_SECONDS = 10.0
-UNKNOWN_TTL_SECONDS = 60.0
-UNKNOWN_MAX = 4096  # kids remembered as unknown; the oldest are forgotten first
-UNKNOWN_KID_MAX_CHARS = 256  # a longer kid is not remembered (the refetch interval still holds)
+KEYS_MAX_AGE_SECONDS = 300.0
 MAX_JWKS_BYTES = 1 << 20
 
 
@@ -52,18 +51,17 @@ class RemoteJWKS:
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at: float | None = None  # when the last fetch started, whatever came of it
         self._failure: str | None = None  # why the last fetch failed; None after a good one
-        self._unknown: dict[str, float] = {}  # kid -> until when; in insertion order, so oldest first
         self._fetching: asyncio.Future[None] | None = None
 
     async def key(self, kid: str) -> jwt.PyJWK:
         """The key for `kid`; UnknownKid if the JWKS has none, JWKSUnavailable if it cannot be fetched."""
         key = self._keys.get(kid)
-        if key is not None:
+        if key is not None and not self._stale():
             return key
-        if self._remembered_unknown(kid):
-            raise UnknownKid(kid)
         if self._fetching is None:
             if not self._due():
+                if key is not None:
+                    return key  # stale, but fetched again too lately to fetch once more
                 raise self._missing(kid)
             self._fetching = asyncio.ensure_future(self._refresh())
         try:
@@ -71,17 +69,19 @@ class RemoteJWKS:
             # too, as httpx's timeouts cover neither name resolution nor a server that drips its bytes.
             await asyncio.wait_for(asyncio.shield(self._fetching), self.timeout)
         except TimeoutError:
+            if key is not None:
+                return key  # the last good keys stay in use while the endpoint is failing
             raise JWKSUnavailable("the JWKS URL did not answer in time", self._retry_after()) from None
         key = self._keys.get(kid)
         if key is not None:
             return key
-        if self._failure is not None:
-            raise self._missing(kid)
-        self._remember_unknown(kid)
-        raise UnknownKid(kid)
+        raise self._missing(kid)
 
     def _due(self) -> bool:
         return self._fetched_at is None or self.clock() - self._fetched_at >= self.refetch_seconds
+
+    def _stale(self) -> bool:
+        return self._fetched_at is not None and self.clock() - self._fetched_at >= KEYS_MAX_AGE_SECONDS
 
     def _missing(self, kid: str) -> Exception:
         if self._failure is not None:
@@ -91,23 +91,6 @@ class RemoteJWKS:
     def _retry_after(self) -> int:
         since = 0.0 if self._fetched_at is None else self.clock() - self._fetched_at
         return max(1, math.ceil(self.refetch_seconds - since))
-
-    def _remembered_unknown(self, kid: str) -> bool:
-        until = self._unknown.get(kid)
-        if until is None:
-            return False
-        if until > self.clock():
-            return True
-        del self._unknown[kid]
-        return False
-
-    def _remember_unknown(self, kid: str) -> None:
-        if len(kid) > UNKNOWN_KID_MAX_CHARS:
-            return
-        now = self.clock()
-        while self._unknown and (len(self._unknown) >= UNKNOWN_MAX or next(iter(self._unknown.values())) <= now):
-            del self._unknown[next(iter(self._unknown))]
-        self._unknown[kid] = now + UNKNOWN_TTL_SECONDS
 
     async def _refresh(self) -> None:
         self._fetched_at = self.clock()

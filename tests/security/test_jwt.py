@@ -325,7 +325,7 @@ async def test_authenticator_checks_a_cached_jwt_for_expiry(
 ) -> None:
     now = [NOW * 1000]
     auth = Authenticator(AuthSettings(mode="on", jwt=jwt_config(jwks_file)), lambda: now[0])
-    token = mint(keys.rsa, exp=NOW + 60, scope="read")
+    token = mint(keys.rsa, exp=NOW + 30, scope="read")
     header = {"authorization": f"Bearer {token}"}
     assert await auth.principal(header) is not None
     calls = []
@@ -337,10 +337,33 @@ async def test_authenticator_checks_a_cached_jwt_for_expiry(
     monkeypatch.setattr(auth.jwt, "verify", verify)
     assert await auth.principal(header) is not None  # from the cache: no second verification
     assert calls == []
-    now[0] = (NOW + 60) * 1000
+    now[0] = (NOW + 30) * 1000
     with pytest.raises(ProtocolError) as info:
         await auth.principal(header)
     assert info.value.headers["www-authenticate"].endswith('error_description="the token has expired"')
+
+
+@pytest.mark.anyio
+async def test_a_cached_jwt_is_verified_again_after_a_minute(
+    jwks_file: Path, keys: SigningKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against the keys as they are then: one the provider withdrew stops verifying its tokens."""
+    now = [NOW * 1000]
+    auth = Authenticator(AuthSettings(mode="on", jwt=jwt_config(jwks_file)), lambda: now[0])
+    header = {"authorization": f"Bearer {mint(keys.rsa, exp=NOW + 3600, scope='read')}"}
+    assert await auth.principal(header) is not None
+    assert auth.jwt is not None
+
+    async def withdrawn(token: str) -> None:
+        raise InvalidToken("no key for its kid")
+
+    monkeypatch.setattr(auth.jwt, "verify", withdrawn)
+    now[0] += 59_000
+    assert await auth.principal(header) is not None
+    now[0] += 1_000
+    with pytest.raises(ProtocolError) as info:
+        await auth.principal(header)
+    assert info.value.status == 401
 
 
 @pytest.mark.anyio
