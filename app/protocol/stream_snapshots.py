@@ -14,7 +14,7 @@ from app.domain.media import DEFAULT_CONTENT_TYPE
 from app.domain.offsets import format_offset, parse_position
 from app.protocol.bodies import read_body
 from app.protocol.http import Call, Reply
-from app.protocol.responses import NO_STORE, raise_for
+from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, raise_for
 from app.protocol.target import StreamTarget
 from app.runtime import blocking
 from app.service.engine import Engine
@@ -98,12 +98,14 @@ async def latest(engine: Engine, target: StreamTarget) -> Reply:
     return Reply(307, {"location": location, "cache-control": NO_STORE})
 
 
-async def fetch(engine: Engine, target: StreamTarget, token: str) -> Reply:
+async def fetch(engine: Engine, target: StreamTarget, token: str, private: bool = False) -> Reply:
     pos = parse_position(token)
     meta, snapshot = await _find_snapshot(engine, target, pos)
     body = await blob(engine, snapshot)
     headers = {**_headers(pos, snapshot.sha256, meta), "content-type": snapshot.content_type}
     headers["etag"] = f'"{snapshot.sha256}"'
+    # The snapshot at an offset does not change while it exists (another one there is a conflict).
+    headers["cache-control"] = CACHE_PRIVATE if private else CACHE_PUBLIC
     return Reply(200, headers, body)
 
 

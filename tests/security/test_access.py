@@ -62,6 +62,19 @@ async def test_reads_of_a_private_bucket_are_private(client: httpx.AsyncClient, 
         assert again.status_code == 304 and again.headers["cache-control"] == CACHE_PRIVATE
 
 
+@pytest.mark.parametrize(("bucket", "cache"), [(PRIVATE, CACHE_PRIVATE), (PUBLIC, CACHE_PUBLIC)])
+async def test_a_snapshot_is_cached_as_its_buckets_reads_are(
+    client: httpx.AsyncClient, bucket: str, cache: str
+) -> None:
+    path = await closed_stream(client, f"/ds/{bucket}/")
+    tail = (await client.head(path, headers=ROOT)).headers["stream-next-offset"]
+    published = await client.put(f"{path}/snapshot/{tail}", content=b"state", headers={**ROOT, **TEXT})
+    assert published.status_code == 201, published.text
+    resp = await client.get(f"{path}/snapshot/{tail}", headers=bearer(TOKENS["acme-read"]))
+    assert resp.status_code == 200 and resp.content == b"state"
+    assert resp.headers["cache-control"] == cache
+
+
 async def test_a_long_poll_of_a_private_bucket_is_private(client: httpx.AsyncClient) -> None:
     world = await make_world(client, "ds")
     resp = await client.get(
