@@ -5,6 +5,8 @@ page passes over at most SKIP_AT_MOST deleted or expired streams before it ends 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import time
 from pathlib import Path
 
 import pytest
@@ -35,11 +37,14 @@ async def test_a_page_ends_early_rather_than_pass_over_deleted_streams_without_e
     monkeypatch.setattr(buckets, "SKIP_AT_MOST", 3)
     async with node_client(tmp_path) as client:
         assert (await client.put("/ds/bkt-one")).status_code == 201
+        expires = time.time() + 1  # all at one moment, however long the creates take on a busy machine
+        at = datetime.datetime.fromtimestamp(expires, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         for name in ("a", "b", "c", "d", "e"):
-            assert (await client.put(f"/ds/bkt-one/{name}", headers={**TEXT, "stream-ttl": "1"})).status_code == 201
+            assert (
+                await client.put(f"/ds/bkt-one/{name}", headers={**TEXT, "stream-expires-at": at})
+            ).status_code == 201
         assert (await client.put("/ds/bkt-one/z", headers=TEXT)).status_code == 201
-        await client.get("/ds/bkt-one")  # nothing expired yet
-        await asyncio.sleep(1.2)
+        await asyncio.sleep(max(0.0, expires - time.time()) + 0.2)
         page = (await client.get("/ds/bkt-one")).json()
         assert page["streams"] == [] and page["has_more"] is True and page["next"] == "c"
         page = (await client.get("/ds/bkt-one", params={"after": page["next"]})).json()
