@@ -17,6 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import jwt
@@ -99,7 +100,7 @@ class RemoteJWKS:
             self._failure = None
         except Exception as exc:  # whatever went wrong, the waiters answer 503 and the next fetch is later
             self._failure = str(exc) or type(exc).__name__
-            log.warning("fetching the JWKS from %s failed: %s", self.url, self._failure)
+            log.warning("fetching the JWKS from %s failed: %s", _without_credentials(self.url), self._failure)
         finally:
             self._fetching = None
 
@@ -121,3 +122,11 @@ class RemoteJWKS:
             raise ValueError("the JWKS is not a JSON object")
         keys = jwt.PyJWKSet.from_dict(document).keys
         return {k.key_id: k for k in keys if k.key_id and k.public_key_use in ("sig", None)}
+
+
+def _without_credentials(url: str) -> str:
+    """The URL as a log may show it: a user and password in it left out."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

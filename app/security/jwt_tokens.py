@@ -80,7 +80,8 @@ class JWTVerifier:
             try:
                 return await self.remote.key(kid)
             except UnknownKid:
-                raise InvalidToken(f'Unable to find a signing key that matches: "{kid}"') from None
+                shown = kid if len(kid) <= 64 else kid[:64] + "..."  # it goes into WWW-Authenticate
+                raise InvalidToken(f'Unable to find a signing key that matches: "{shown}"') from None
         if isinstance(kid, str) and kid in self._keys:
             return self._keys[kid]
         if kid is None and len(self._keys) == 1:

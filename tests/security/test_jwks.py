@@ -200,3 +200,14 @@ async def test_a_stalled_jwks_url_is_a_503_over_http(
         assert resp.status_code == 503, resp.text
         assert error_of(resp)["code"] == "jwks_unavailable"
         assert 1 <= int(resp.headers["retry-after"]) <= jwks.REFETCH_SECONDS
+
+
+async def test_a_huge_made_up_kid_is_not_echoed_whole(jwks_server: JWKSServer, keys: SigningKeys) -> None:
+    auth = authenticator(jwks_server)
+    error = await refused(auth, mint(keys.rsa, kid="k" * 30_000))
+    assert error.status == 401 and len(error.headers["www-authenticate"]) < 300
+
+
+def test_a_jwks_url_is_logged_without_its_credentials() -> None:
+    assert jwks._without_credentials("https://user:secret@idp.example/keys?a=1") == "https://idp.example/keys?a=1"
+    assert jwks._without_credentials("https://idp.example/keys") == "https://idp.example/keys"
