@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -45,22 +46,34 @@ def encode(checkpoint: Path, out: Path, created_at: int, node: int) -> tuple[bac
         view.close()
 
 
-def encode_in_child(checkpoint: Path, out: Path, created_at: int, node: int) -> tuple[backup.Header, str]:
-    """`encode` in a child process (blocking: call it from a thread)."""
+def encode_in_child(
+    checkpoint: Path,
+    out: Path,
+    created_at: int,
+    node: int,
+    started: Callable[[subprocess.Popen[bytes]], None] = lambda child: None,
+) -> tuple[backup.Header, str]:
+    """`encode` in a child process (blocking: call it from a thread). `started` is given the child,
+    which the caller may kill to abandon the backup (the node stopping)."""
     alive, held = os.pipe()  # both ends are not inherited: only `alive` goes to this child
     argv = [sys.executable, "-m", __name__, str(checkpoint), str(out), str(created_at), str(node)]
     argv += ["--parent-fd", str(alive)]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=CHILD_TIMEOUT_SECONDS, check=False, pass_fds=(alive,))
-    except subprocess.TimeoutExpired:
-        raise WriterFailed(f"the backup writer took more than {CHILD_TIMEOUT_SECONDS:.0f} s") from None
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(alive,)) as child:
+            started(child)
+            try:
+                stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.communicate()
+                raise WriterFailed(f"the backup writer took more than {CHILD_TIMEOUT_SECONDS:.0f} s") from None
     finally:
         os.close(alive)
         os.close(held)
-    if done.returncode != 0:
-        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
-        raise WriterFailed(f"the backup writer exited with {done.returncode}: {last[0][:300]}")
-    result = json.loads(done.stdout)
+    if child.returncode != 0:
+        last = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise WriterFailed(f"the backup writer exited with {child.returncode}: {last[0][:300]}")
+    result = json.loads(stdout)
     return backup.Header(**result["header"]), result["sha256"]
 
 

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -79,6 +80,7 @@ class StateBackups:
         self._leading_since: int | None = None
         self._kept: list[int] | None = None  # the indexes of the backups in the store; None: not listed yet
         self._taking: int | None = None  # a backup under way was taken at this index or later
+        self._child: subprocess.Popen[bytes] | None = None  # the latest backup's writer (backup_writer.py)
 
     def due(self, now: int) -> bool:
         if not self.node.is_leader or now < self._retry_at:
@@ -139,8 +141,12 @@ class StateBackups:
         path = await blocking.run("backups", self.state_store.checkpoint, kv, "backup")
         try:
             return await blocking.run("backups", self._write_from, path, now)
+        except asyncio.CancelledError:  # the node is stopping: the backup is abandoned, not finished
+            if self._child is not None:
+                self._child.kill()  # its thread then ends at once, uploading nothing
+            raise
         finally:
-            await blocking.run("backups", _remove, path)
+            await blocking.run("backups", _remove, path)  # after that thread, on the same one
 
     def _write_from(self, checkpoint: Path, now: int) -> tuple[backup.Header, str, int]:
         """Writes the backup of a checkpoint to a file beside it a frame at a time, in a child process
@@ -148,7 +154,7 @@ class StateBackups:
         held in memory whole, nor encoded under the server's GIL."""
         file = checkpoint.with_name(checkpoint.name + ".state")
         try:
-            header, sha256 = backup_writer.encode_in_child(checkpoint, file, now, self.node_id)
+            header, sha256 = backup_writer.encode_in_child(checkpoint, file, now, self.node_id, self._started)
             key, size = backup.key_for(header.index, sha256), file.stat().st_size
             self.store.put_file(key, file, sha256)
             info = self.store.stat(key)
@@ -159,6 +165,9 @@ class StateBackups:
             return header, key, size
         finally:
             file.unlink(missing_ok=True)
+
+    def _started(self, child: subprocess.Popen[bytes]) -> None:
+        self._child = child
 
     def _prune(self) -> None:
         """Deletes all but the newest `keep` backups (by index), whoever wrote them."""

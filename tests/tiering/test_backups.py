@@ -167,3 +167,47 @@ def test_a_backup_of_the_state_store_is_written_through_a_file_and_restores(
         assert meta is not None and b"".join(again.read(meta, 0, 1 << 20).payloads) == b"199" * 5000
     finally:
         again.kv.close()
+
+
+def test_a_backup_cancelled_while_its_writer_runs_kills_it_and_uploads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopping node cancels the backup under way: its writer must not run on (the process could
+    not exit before it ended), nor its backup be uploaded after the node stopped."""
+    import os
+    import stat
+    import sys
+    import time
+
+    from app.state_machine import records as r
+    from app.storage.state_store import StateStore
+    from app.tiering import backup_writer
+
+    slow = tmp_path / "slow-python"
+    wait_then_run = "import os, sys, time; time.sleep(30); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    slow.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{wait_then_run}' \"$@\"\n")  # one process, killed whole
+    slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(backup_writer.sys, "executable", str(slow))
+    state_store = StateStore(tmp_path / "node", r.COLUMN_FAMILIES)
+    h = TH(kv=state_store.open())  # type: ignore[arg-type]
+    h.create("s", body=b"x")
+    store = FileStore(tmp_path / "cold")
+    backups = StateBackups(Leader(h.sm), 1, store, state_store, BackupConfig())  # type: ignore[arg-type]
+
+    async def cancelled() -> float:
+        task = asyncio.create_task(backups.write_once())
+        while backups._child is None:
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    assert asyncio.run(cancelled()) < 10
+    child = backups._child
+    assert child is not None and child.returncode is not None  # killed, not sleeping on
+    with pytest.raises(ProcessLookupError):
+        os.kill(child.pid, 0)
+    assert _keys(store) == [] and backups.written == 0
+    h.kv.close()
