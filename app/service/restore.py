@@ -93,6 +93,12 @@ def choose(store: ObjectStore, at_index: int | None = None, at_time: int | None 
             data = store.get(key)
         except KeyError:
             continue  # pruned since it was listed (a node still writing backups): an older one will do
+        if at_time is not None:
+            try:
+                if backup.read_header(data).created_at > at_time:
+                    continue  # later than asked for: whether the rest of it is sound does not matter
+            except backup.BackupError:
+                pass  # its time cannot be read: the full check below says what is wrong with it
         try:
             header, _ = backup.decode(data, digest)
         except backup.BackupError as exc:

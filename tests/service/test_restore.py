@@ -269,3 +269,16 @@ def test_a_forged_pack_slice_stops_the_chain(tmp_path: Path) -> None:
     store.put(key, forged)
     done = restore(store, tmp_path / "node")
     assert done.segments_after == 0  # the pack is not the one recorded: neither slice is trusted
+
+
+def test_a_damaged_later_backup_does_not_stop_a_restore_to_an_earlier_time(
+    world: tuple[TH, FileStore, int], tmp_path: Path
+) -> None:
+    h, store, first = world
+    second = _back_up(h, store, T0 + 9000)
+    key = next(k for k in store.list(backup.KEY_PREFIX) if backup.parse_key(k) == (second, k[-70:-6]))
+    data = store.get(key)
+    store.put(key, data[:-16] + bytes(16))  # its body damaged, its header (and time) intact
+    assert restore(store, tmp_path / "by-time", at_time=T0 + 5000).index == first
+    with pytest.raises(backup.BackupError):
+        restore(store, tmp_path / "newest")  # the newest is asked for: its damage is reported
