@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 
 from app.security.scopes import ScopeError, parse_scopes
 from app.security.tokens import new_token, toml_entry
@@ -38,6 +38,8 @@ def expiry(value: str) -> str:
         ) from None
     if when.tzinfo is None:
         raise ValueError("--expires-at needs a time zone, e.g. 2027-01-01T00:00:00Z")
+    if when <= datetime.now(UTC):
+        raise ValueError(f"--expires-at {value.strip()} has passed: the token would never work")
     return when.isoformat()
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from app.domain.names import BUCKET_ID
+from app.state_machine.table import BUILTIN_BUCKETS
+
 ANY_BUCKET = "*"
 
 
@@ -26,11 +29,16 @@ class ScopeError(ValueError):
 
 
 def parse_scope(scope: str) -> tuple[Action, str]:
-    """`write:acme` -> (WRITE, "acme"); `admin` -> (ADMIN, "*")."""
+    """`write:acme` -> (WRITE, "acme"); `admin` -> (ADMIN, "*"). The bucket is one a bucket id can
+    name, or a route family's: `read:ACME` or `read:shop*` would grant nothing, a typo kept silent."""
     name, sep, bucket = scope.strip().partition(":")
     action = _ACTIONS.get(name)
-    if action is None or (sep and not bucket) or any(c.isspace() for c in bucket):
-        raise ScopeError(f"a scope is read, write or admin, optionally :bucket or :*; got {scope!r}")
+    named = not sep or bucket == ANY_BUCKET or bucket in BUILTIN_BUCKETS or BUCKET_ID.fullmatch(bucket)
+    if action is None or not named:
+        raise ScopeError(
+            f"a scope is read, write or admin, optionally :bucket (a bucket id: 4 to 64 of a-z, 0-9, _ and -) "
+            f"or :*; got {scope[:200]!r}"
+        )
     return action, bucket or ANY_BUCKET
 
 

@@ -54,14 +54,14 @@ def test_the_printed_entry_admits_the_printed_token(capsys: pytest.CaptureFixtur
 
 def test_name_and_expiry(capsys: pytest.CaptureFixture[str]) -> None:
     token, toml, _ = create(
-        capsys, "--scope", "admin:acme", "--name", 'ci "deploy" bot', "--expires-at", "2027-03-01T12:30:00+02:00"
+        capsys, "--scope", "admin:acme", "--name", 'ci "deploy" bot', "--expires-at", "2037-03-01T12:30:00+02:00"
     )
     config = entry_of(toml)
     assert config.name == 'ci "deploy" bot'
-    assert config.expires_at == datetime(2027, 3, 1, 10, 30, tzinfo=UTC)
+    assert config.expires_at == datetime(2037, 3, 1, 10, 30, tzinfo=UTC)
     principal = TokenTable([config]).lookup(token)
     assert principal is not None and principal.subject == 'ci "deploy" bot'
-    assert principal.expires_at == int(datetime(2027, 3, 1, 10, 30, tzinfo=UTC).timestamp() * 1000)
+    assert principal.expires_at == int(datetime(2037, 3, 1, 10, 30, tzinfo=UTC).timestamp() * 1000)
 
 
 def test_the_entry_loads_as_part_of_a_config_file(capsys: pytest.CaptureFixture[str]) -> None:
@@ -85,6 +85,8 @@ def test_every_run_makes_a_new_token(capsys: pytest.CaptureFixture[str]) -> None
         (["--scope", "read:acme", "--scope", "write:"], "a scope is read, write or admin"),
         (["--scope", "read", "--expires-at", "2027-01-01T00:00:00"], "needs a time zone"),
         (["--scope", "read", "--expires-at", "next tuesday"], "must be an RFC 3339 timestamp"),
+        (["--scope", "read", "--expires-at", "2020-01-01T00:00:00Z"], "has passed"),
+        (["--scope", "read:ACME"], "a bucket id"),
     ],
 )
 def test_bad_arguments_print_no_token(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
