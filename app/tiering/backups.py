@@ -36,6 +36,7 @@ log = logging.getLogger("rill.backups")
 MIN_GAP_SECONDS = 5.0
 MAX_SHARE = 0.05  # of the leader's time that backups sooner than `interval` may take
 RETRY_SECONDS = 10.0
+HEADER_BYTES = 64 << 10  # read of a backup's start that holds its header
 
 
 @dataclass
@@ -80,6 +81,7 @@ class StateBackups:
         self._leading_since: int | None = None
         self._kept: list[int] | None = None  # the indexes of the backups in the store; None: not listed yet
         self._taking: int | None = None  # a backup under way was taken at this index or later
+        self._store_newest: Written | None = None  # the newest backup in the store when this node began leading
         self._child: subprocess.Popen[bytes] | None = None  # the latest backup's writer (backup_writer.py)
 
     def due(self, now: int) -> bool:
@@ -102,10 +104,10 @@ class StateBackups:
             await asyncio.sleep(every)
             now = self.node.now_ms()
             if not self.node.is_leader:
-                self.last, self._leading_since, self._kept = None, None, None
+                self.last, self._leading_since, self._kept, self._store_newest = None, None, None, None
                 continue
             if self._leading_since is None:
-                self._leading_since = now
+                await self.begin_leading(now)
             if self.due(now):
                 await self.write_once()
 
@@ -169,10 +171,31 @@ class StateBackups:
     def _started(self, child: subprocess.Popen[bytes]) -> None:
         self._child = child
 
+    async def begin_leading(self, now: int) -> None:
+        self._leading_since = now
+        await blocking.run("backups", self._look_at_the_store)
+
+    def _look_at_the_store(self) -> None:
+        """A new leader learns which backups the store keeps (the floor) and when the newest was taken
+        (the recovery point, until its own first backup): an earlier leader may have written them."""
+        try:
+            found = self._listed()
+            self._kept = [index for index, _ in found]
+            if found:
+                index, key = found[-1]
+                header = backup.read_header(self.store.get_range(key, 0, HEADER_BYTES))
+                self._store_newest = Written(key, index, header.created_at, 0)
+        except (StoreUnavailable, KeyError, backup.BackupError) as exc:
+            log.info("the state backups in the store could not be looked at: %s", exc)
+
+    def _listed(self) -> list[tuple[int, str]]:
+        """(index, key) of the backups in the store, oldest first."""
+        keys = self.store.list(backup.KEY_PREFIX)
+        return sorted((parsed[0], key) for key in keys if (parsed := backup.parse_key(key)) is not None)
+
     def _prune(self) -> None:
         """Deletes all but the newest `keep` backups (by index), whoever wrote them."""
-        keys = self.store.list(backup.KEY_PREFIX)
-        found = sorted((parsed[0], key) for key in keys if (parsed := backup.parse_key(key)) is not None)
+        found = self._listed()
         pruned = max(0, len(found) - self.config.keep)
         for _, key in found[:pruned]:
             self.store.delete(key)
@@ -194,7 +217,7 @@ class StateBackups:
         lead (the leader writes backups and seals segments)."""
         if not self.node.is_leader or self._leading_since is None:
             return None
-        last = self.last
+        last = self.last or self._store_newest  # this leader's, else the newest an earlier one wrote
         since = last.created_at if last is not None else self._leading_since
         metadata = 0 if last is not None and self.node.machine.applied_index <= last.index else now - since
         records = 0 if oldest_unsealed is None else now - oldest_unsealed

@@ -211,3 +211,18 @@ def test_a_backup_cancelled_while_its_writer_runs_kills_it_and_uploads_nothing(
         os.kill(child.pid, 0)
     assert _keys(store) == [] and backups.written == 0
     h.kv.close()
+
+
+def test_a_new_leader_reports_the_recovery_point_of_the_newest_backup_in_the_store(tmp_path: Path) -> None:
+    """Until its own first backup (which may keep failing), from the newest an earlier leader wrote,
+    not from when it began leading; and it knows the floor at once."""
+    h, leader, first_leader, store = _backups(tmp_path)
+    written = asyncio.run(first_leader.write_once())
+    assert written is not None
+    h.append("s", b"changed since")
+    leader.now += 300_000
+    second = StateBackups(leader, 2, store, None, BackupConfig())  # type: ignore[arg-type]
+    asyncio.run(second.begin_leading(leader.now))
+    assert second.floor() == written.index
+    age = second.recovery_point_age(leader.now, None)
+    assert age is not None and age == 300.0  # not 0: the changes since the last backup are unprotected
