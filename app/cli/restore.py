@@ -62,6 +62,9 @@ def main(args: argparse.Namespace) -> None:
     print(f"  sealed after it: {done.segments_after} segments, {done.records_after} appends, {done.bytes_after} bytes")
     print(f"  recovery point: {point} (every append acknowledged before it is restored; later ones only")
     print("  where a segment sealed after the backup holds them)")
+    if done.newer_backups:
+        print(f"  warning: {done.newer_backups} newer backups are in the store: only the newest's segments are kept")
+        print("  for sure, so a range this one names may have been deleted since (reading it answers 503)")
     if done.new_streams:
         print(f"  {done.new_streams} streams created after the backup, brought back from their manifests")
     if done.unknown_streams:

@@ -66,6 +66,7 @@ class Restored:
     new_streams: int = 0  # created after the backup, brought back from the object store
     unknown_streams: list[str] = field(default_factory=list)  # streams that could not be brought back
     skipped: list[str] = field(default_factory=list)  # objects of the store that are not what they should be
+    newer_backups: int = 0  # later backups in the store: the collector keeps only the newest one's objects
 
     @property
     def recovery_point(self) -> int:
@@ -122,10 +123,12 @@ def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_
     # The new history's log starts past every backup in the store: restored to an earlier point, its
     # own backups must be the newest (by index) there, not the abandoned history's later ones, which
     # pruning, the collector's floor and a later restore would otherwise take for its own.
-    start = max([header.index, *(index for index, _, _ in backups(store))])
+    indexes = [index for index, _, _ in backups(store)]
+    start = max([header.index, *indexes])
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
         done = _restore_state(store, data_dir, key, header, frames, start)
+        done.newer_backups = sum(1 for index in indexes if index > header.index)
         log = RocksKV(data_dir / "raft", LOG_COLUMN_FAMILIES)
         try:
             # The log starts after the backup, as on a follower that installed it as a checkpoint.

@@ -202,13 +202,14 @@ class StateBackups:
         self._kept = [index for index, _ in found[pruned:]]
 
     def floor(self) -> int | None:
-        """The index of the oldest backup kept in the store, or of the one under way if lower; None
-        when there is none. The objects every kept backup names stay (the worker deletes only what
-        an entry after it released), so that restoring any of them (`rill restore --at`) finds every
-        one: 0 until this leader has listed the backups."""
+        """The index of the newest backup in the store, or of the one under way if lower; None when
+        there is none. The objects the newest backup names stay (the worker deletes only what an
+        entry after it released), so that restoring it finds every one: 0 until this leader has
+        listed the backups. Older kept backups may name objects deleted since (keeping those too
+        would hold a released object until `keep` more backups, which an idle node never takes)."""
         if self._kept is None:
             return 0
-        held = [*self._kept[:1], *([] if self._taking is None else [self._taking])]
+        held = [*self._kept[-1:], *([] if self._taking is None else [self._taking])]
         return min(held) if held else None
 
     def recovery_point_age(self, now: int, oldest_unsealed: int | None) -> float | None:

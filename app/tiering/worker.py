@@ -72,9 +72,9 @@ class TieringWorker:
         self._first_times: dict[int, tuple[int, int]] = {}
         self.oldest_unsealed: int | None = None  # ms: when the oldest record not yet in a segment was appended
         self.packer = Packer(node, store, config, self._upload)
-        # The index of the oldest state backup kept in the store (or of one being taken), None when
-        # there is none: an object released by a later entry may be named by a kept backup, so it
-        # stays until the backups older than its release are pruned (set by the node: backups.py).
+        # The index of the newest state backup in the store (or of one being taken), None when there
+        # is none: an object released by a later entry may be named by that backup, so it stays
+        # until a newer backup is taken (set by the node: app/tiering/backups.py).
         self.backup_floor: Callable[[], int | None] = lambda: None
         self._gc_from = ""  # the queued key the next deletion pass starts at
         self.retention = RetentionSchedule()

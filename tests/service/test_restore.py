@@ -130,7 +130,9 @@ def test_a_restore_to_an_earlier_point_starts_its_history_after_every_backup(
     otherwise have its own pruned, hold the collector's floor, and be what the next restore takes."""
     h, store, first = world
     second = _back_up(h, store, T0 + 9000)
-    assert restore(store, tmp_path / "older", at_index=first).index == first
+    older = restore(store, tmp_path / "older", at_index=first)
+    assert older.index == first and older.newer_backups == 1  # the CLI warns: its segments may be gone
+    assert restore(store, tmp_path / "newest").newer_backups == 0
     machine = StateMachine(RocksKV(tmp_path / "older" / "state", r.COLUMN_FAMILIES))
     try:
         assert machine.applied_index == second and machine.lookup(B, "s") is not None

@@ -77,16 +77,15 @@ def test_only_the_newest_backups_are_kept(tmp_path: Path) -> None:
     assert [backup.parse_key(k)[0] for k in _keys(store)] == indexes[-2:]  # type: ignore[index]
 
 
-def test_the_floor_is_the_oldest_kept_backup_or_the_one_under_way(tmp_path: Path) -> None:
-    """What the tiering worker may delete: only objects released after the oldest kept backup's
-    index, so that any kept backup can be restored (`rill restore --at`)."""
+def test_the_floor_is_the_newest_backup_or_the_one_under_way(tmp_path: Path) -> None:
+    """What the tiering worker may delete: only objects released after the newest backup's index."""
     h, leader, backups, store = _backups(tmp_path, keep=2)
     assert backups.floor() == 0  # not listed yet: nothing released since may go
     first = asyncio.run(backups.write_once())
     assert first is not None and backups.floor() == first.index
     h.append("s", b"more")
     second = asyncio.run(backups.write_once())
-    assert second is not None and backups.floor() == first.index < second.index  # both kept
+    assert second is not None and backups.floor() == second.index > first.index
 
     seen: list[int | None] = []
     taking = backups._write
@@ -98,8 +97,8 @@ def test_the_floor_is_the_oldest_kept_backup_or_the_one_under_way(tmp_path: Path
     backups._write = watched  # type: ignore[method-assign]
     h.append("s", b"again")
     third = asyncio.run(backups.write_once())
-    assert third is not None and seen == [first.index]  # under way: the kept ones still hold
-    assert backups.floor() == second.index  # the first was pruned: keep=2
+    assert third is not None and seen == [second.index]  # under way: the older newest still holds
+    assert backups.floor() == third.index
     for key in _keys(store):
         store.delete(key)
     asyncio.run(backups.write_once())
