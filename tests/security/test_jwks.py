@@ -121,15 +121,21 @@ async def test_made_up_kids_cause_no_more_fetches(jwks_server: JWKSServer, keys:
     assert jwks_server.fetches == 1
 
 
+def _on_a_clock(jwks_server: JWKSServer) -> tuple[JWTVerifier, list[float]]:
+    """A verifier of the server's keys whose JWKS cache reads the time from the list returned."""
+    verifier = JWTVerifier(config(jwks_server))
+    assert verifier.remote is not None
+    now = [1000.0]
+    verifier.remote.clock = lambda: now[0]
+    return verifier, now
+
+
 async def test_a_kid_published_after_a_fetch_without_it_is_found_at_the_next_refetch(
     jwks_server: JWKSServer, keys: SigningKeys
 ) -> None:
     """A token naming a kid before the provider publishes it (a junk one, even) does not keep the key
     out for longer than the refetch interval, as the README says."""
-    verifier = JWTVerifier(config(jwks_server))
-    assert verifier.remote is not None
-    now = [1000.0]
-    verifier.remote.clock = lambda: now[0]
+    verifier, now = _on_a_clock(jwks_server)
     new_key = ec.generate_private_key(ec.SECP256R1())
     token = mint(new_key, kid="ec-2", alg="ES256")
     with pytest.raises(InvalidToken):
@@ -145,10 +151,7 @@ async def test_a_kid_published_after_a_fetch_without_it_is_found_at_the_next_ref
 
 
 async def test_a_key_the_provider_withdrew_stops_verifying(jwks_server: JWKSServer, keys: SigningKeys) -> None:
-    verifier = JWTVerifier(config(jwks_server))
-    assert verifier.remote is not None
-    now = [1000.0]
-    verifier.remote.clock = lambda: now[0]
+    verifier, now = _on_a_clock(jwks_server)
     assert (await verifier.verify(mint(keys.rsa))).subject
     jwks_server.jwks = {"keys": [k for k in jwks_server.jwks["keys"] if k["kid"] != "rsa-1"]}
     now[0] += jwks.KEYS_MAX_AGE_SECONDS - 1
@@ -160,10 +163,7 @@ async def test_a_key_the_provider_withdrew_stops_verifying(jwks_server: JWKSServ
 
 
 async def test_made_up_kids_make_at_most_one_fetch_per_interval(jwks_server: JWKSServer, keys: SigningKeys) -> None:
-    verifier = JWTVerifier(config(jwks_server))
-    assert verifier.remote is not None
-    now = [1000.0]
-    verifier.remote.clock = lambda: now[0]
+    verifier, now = _on_a_clock(jwks_server)
     for second in range(30):
         now[0] = 1000.0 + second
         with pytest.raises(InvalidToken):

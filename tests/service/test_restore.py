@@ -86,6 +86,16 @@ def _content(machine: StateMachine, objects: dict[str, bytes], name: str) -> byt
     return out
 
 
+def _log_points(data_dir: Path) -> tuple[int, int, int]:
+    """Where a restored node's Raft log starts, ends and is committed to."""
+    raft = RocksKV(data_dir / "raft", log_store.COLUMN_FAMILIES)
+    try:
+        log = LogStore(raft)
+        return log.compacted_index, log.last_index, log.hard_state().commit
+    finally:
+        raft.close()
+
+
 def test_the_backup_and_the_segments_after_it_come_back(world: tuple[TH, FileStore, int], tmp_path: Path) -> None:
     h, store, index = world
     done = restore(store, tmp_path / "node")
@@ -105,12 +115,7 @@ def test_the_backup_and_the_segments_after_it_come_back(world: tuple[TH, FileSto
         assert machine.applied_index == index
     finally:
         machine.kv.close()
-    raft = RocksKV(tmp_path / "node" / "raft", log_store.COLUMN_FAMILIES)
-    try:
-        log = LogStore(raft)
-        assert (log.compacted_index, log.last_index, log.hard_state().commit) == (index, index, index)
-    finally:
-        raft.close()
+    assert _log_points(tmp_path / "node") == (index, index, index)
 
 
 def test_at_an_index_takes_the_backup_at_or_before_it(world: tuple[TH, FileStore, int], tmp_path: Path) -> None:
@@ -138,12 +143,7 @@ def test_a_restore_to_an_earlier_point_starts_its_history_after_every_backup(
         assert machine.applied_index == second and machine.lookup(B, "s") is not None
     finally:
         machine.kv.close()
-    raft = RocksKV(tmp_path / "older" / "raft", log_store.COLUMN_FAMILIES)
-    try:
-        log = LogStore(raft)
-        assert (log.compacted_index, log.last_index, log.hard_state().commit) == (second, second, second)
-    finally:
-        raft.close()
+    assert _log_points(tmp_path / "older") == (second, second, second)
 
 
 def test_nothing_is_written_over_a_node_or_from_an_empty_store(
