@@ -50,7 +50,7 @@ class JWTVerifier:
         self._keys: dict[str, jwt.PyJWK] = {}
         if config.jwks_file is not None:
             keys = jwt.PyJWKSet.from_dict(json.loads(config.jwks_file.read_text())).keys
-            self._keys = {k.key_id or "": k for k in keys}
+            self._keys = {k.key_id or "": k for k in keys if k.public_key_use in ("sig", None)}  # as the URL's
 
     async def verify(self, token: str) -> Principal:
         """The principal a valid access token stands for; InvalidToken otherwise, and JWKSUnavailable when

@@ -98,6 +98,14 @@ def test_a_token_without_kid_when_the_jwks_has_one_key(keys: SigningKeys, tmp_pa
     assert verified(verifier, mint(keys.rsa, kid=None, scope="read")).subject == "alice"
 
 
+def test_a_jwks_file_key_for_encryption_verifies_nothing(keys: SigningKeys, tmp_path: Path) -> None:
+    """As with a JWKS URL: a key published for encryption (`use: enc`) is no signing key."""
+    jwk = {**public_jwk(keys.rsa, "rsa-1", "RS256"), "use": "enc"}
+    verifier = JWTVerifier(jwt_config(write_jwks(tmp_path / "jwks.json", {"keys": [jwk]})))
+    with pytest.raises(InvalidToken):
+        verified(verifier, mint(keys.rsa, scope="read"))
+
+
 def test_exp_and_nbf_within_the_leeway(verifier: JWTVerifier, keys: SigningKeys) -> None:
     """PyJWT allows `leeway_seconds` (30) of clock skew; the Authenticator then holds exp exactly."""
     assert verified(verifier, mint(keys.rsa, exp=NOW - 10)).expires_at == (NOW - 10) * 1000
