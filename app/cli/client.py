@@ -87,7 +87,7 @@ def resolve_url(target: str, server: str) -> str:
     return server_url(server) + base + quote(stream, safe="/")
 
 
-def _verify(ca: Path | None) -> ssl.SSLContext | bool:
+def verify_option(ca: Path | None) -> ssl.SSLContext | bool:
     if ca is None:
         return True
     try:
@@ -115,7 +115,7 @@ class Client:
     def __init__(self, args: argparse.Namespace, timeout: httpx.Timeout | float = 30.0) -> None:
         self.server = server_url(args.server)
         self.token = checked_token(args.token or os.environ.get("RILL_TOKEN", ""))
-        self.http = httpx.Client(verify=_verify(args.tls_ca), timeout=timeout)
+        self.http = httpx.Client(verify=verify_option(args.tls_ca), timeout=timeout)
 
     def __enter__(self) -> Client:
         return self
@@ -194,8 +194,7 @@ class Client:
                     f"{method} {url}: the server answered {status} (a redirect this command does not follow)"
                 )
             if status == 503 and "retry-after" in response.headers and unavailable < MAX_UNAVAILABLE:
-                if not _safe_to_repeat(method, sent, response):
-                    response.read()
+                if not _safe_to_repeat(method, sent, response):  # which has read its body
                     error = self.error(response)
                     raise HttpError(f"{error} (it may have been applied: not sent again)", response, error.code)
                 response.close()

@@ -11,7 +11,6 @@ import argparse
 import os
 import secrets
 import signal
-import ssl
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from app.cli.client import CliError, checked_token
+from app.cli.client import CliError, checked_token, verify_option
 from app.security.tokens import new_token, toml_entry
 
 
@@ -71,9 +70,9 @@ def main(args: argparse.Namespace) -> None:
         return
     try:
         token = checked_token(args.token or os.environ.get("RILL_TOKEN", ""))
+        client = _client_options(token, args.tls_ca)
     except CliError as exc:
         raise SystemExit(f"rill: error: {exc}") from None
-    client = _client_options(token, args.tls_ca)
     if args.cluster_command == "status":
         if not print_status(args.url, client=client):
             raise SystemExit(1)  # no node answered
@@ -87,11 +86,7 @@ def _client_options(token: str, ca: Path | None) -> dict[str, Any]:
     """httpx keyword arguments: the bearer token (if any) and the CA to verify https:// nodes with."""
     options: dict[str, Any] = {"headers": {"authorization": f"Bearer {token}"} if token else {}}
     if ca is not None:
-        try:
-            options["verify"] = ssl.create_default_context(cafile=str(ca))
-        except (OSError, ssl.SSLError) as exc:
-            reason = getattr(exc, "strerror", None) or "holds no PEM certificate"
-            raise SystemExit(f"rill: error: --tls-ca {ca}: {reason}") from None
+        options["verify"] = verify_option(ca)
     return options
 
 

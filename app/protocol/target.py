@@ -58,15 +58,11 @@ _BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
 
 
 def _percent_decode(raw: bytes, what: str) -> str:
-    if b"%" not in raw:
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            raise bad_request(f"{what} is not valid UTF-8", "invalid_stream_id") from None
-    if _BAD_ESCAPE.search(raw):
+    escaped = b"%" in raw
+    if escaped and _BAD_ESCAPE.search(raw):
         raise bad_request(f"{what} has a % that is not followed by two hex digits", "invalid_stream_id")
     try:
-        return unquote_to_bytes(raw).decode()
+        return (unquote_to_bytes(raw) if escaped else raw).decode()
     except UnicodeDecodeError:
         raise bad_request(f"{what} is not valid UTF-8 once percent-decoded", "invalid_stream_id") from None
 

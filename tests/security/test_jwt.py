@@ -327,15 +327,20 @@ async def test_authenticator_with_a_jwks_url(jwks_server: JWKSServer, keys: Sign
     )
 
 
+async def _verified_once(jwks_file: Path, token: str) -> tuple[Authenticator, list[int], dict[str, str]]:
+    """An authenticator on a clock (the list's one element, ms) that has verified `token` once."""
+    now = [NOW * 1000]
+    auth = Authenticator(AuthSettings(mode="on", jwt=jwt_config(jwks_file)), lambda: now[0])
+    header = {"authorization": f"Bearer {token}"}
+    assert await auth.principal(header) is not None
+    return auth, now, header
+
+
 @pytest.mark.anyio
 async def test_authenticator_checks_a_cached_jwt_for_expiry(
     jwks_file: Path, keys: SigningKeys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    now = [NOW * 1000]
-    auth = Authenticator(AuthSettings(mode="on", jwt=jwt_config(jwks_file)), lambda: now[0])
-    token = mint(keys.rsa, exp=NOW + 30, scope="read")
-    header = {"authorization": f"Bearer {token}"}
-    assert await auth.principal(header) is not None
+    auth, now, header = await _verified_once(jwks_file, mint(keys.rsa, exp=NOW + 30, scope="read"))
     calls = []
     assert auth.jwt is not None
 
@@ -356,10 +361,7 @@ async def test_a_cached_jwt_is_verified_again_after_a_minute(
     jwks_file: Path, keys: SigningKeys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Against the keys as they are then: one the provider withdrew stops verifying its tokens."""
-    now = [NOW * 1000]
-    auth = Authenticator(AuthSettings(mode="on", jwt=jwt_config(jwks_file)), lambda: now[0])
-    header = {"authorization": f"Bearer {mint(keys.rsa, exp=NOW + 3600, scope='read')}"}
-    assert await auth.principal(header) is not None
+    auth, now, header = await _verified_once(jwks_file, mint(keys.rsa, exp=NOW + 3600, scope="read"))
     assert auth.jwt is not None
 
     async def withdrawn(token: str) -> None:
