@@ -121,7 +121,8 @@ async def send_reply(send: Send, reply: Reply, head_only: bool = False) -> None:
     headers = [(_name(k), v.encode("latin-1")) for k, v in reply.headers.items()]
     headers += REPLY_HEADERS
     body = reply.body
-    if reply.status != 204 and reply.status != 304:
+    # A HEAD answered without the body a GET would have (a stream's metadata) states no length: 0 would be false.
+    if reply.status != 204 and reply.status != 304 and (body or not head_only):
         headers.append((b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if head_only else body})

@@ -58,6 +58,7 @@ def test_create_append_read_head_delete(client: httpx.Client, path: str) -> None
     assert head.content == b""
     assert head.headers["content-type"] == "text/plain"
     assert head.headers["stream-next-offset"] == second
+    assert "content-length" not in head.headers  # a GET's body has a length; 0 would misstate it
     assert "no-store" in head.headers["cache-control"]
     assert "stream-closed" not in head.headers
 
