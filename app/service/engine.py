@@ -71,6 +71,8 @@ def _cold_cache_busy() -> ProtocolError:
 
 
 def _adds_data(command: Command) -> bool:
+    if isinstance(command, AppendBatch):
+        return any(command.bodies)
     return isinstance(command, Append | CreateStream) and bool(command.body)
 
 

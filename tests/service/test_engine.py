@@ -18,7 +18,7 @@ from app.service.engine import Engine
 from app.service.limits import Limits
 from app.service.signals import Signals
 from app.state_machine import records
-from app.state_machine.commands import Append, Code, CreateBucket, CreateStream, SetAttrs
+from app.state_machine.commands import Append, AppendBatch, Code, CreateBucket, CreateStream, SetAttrs
 from app.state_machine.machine import StateMachine
 from app.storage.kv import MemoryKV
 
@@ -98,6 +98,9 @@ def test_unknown_names_and_a_full_cold_backlog_are_refused_before_proposing() ->
             with pytest.raises(ProtocolError) as backlog:
                 await engine.submit(Append("b", "s", None, memoryview(b"y")))
             assert (backlog.value.status, backlog.value.code) == (503, "cold_tier_backlog")
+            with pytest.raises(ProtocolError) as batch:  # an append-batch adds data as much as an append
+                await engine.submit(AppendBatch("b", "s", None, [b"", b"z"]))
+            assert (batch.value.status, batch.value.code) == (503, "cold_tier_backlog")
             assert engine.machine.applied_index == applied  # nothing reached the log
 
     asyncio.run(scenario())
