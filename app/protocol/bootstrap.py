@@ -1,7 +1,8 @@
 """`GET /ds/{bucket}/{stream}/bootstrap`: the latest snapshot and the messages after it, as multipart/mixed.
 
 The first part is the snapshot (empty when there is none); then one part per message up to the tail,
-or up to about `bootstrap_max_bytes`, after which the client reads on from `Stream-Next-Offset`.
+or as far as fits in `bootstrap_max_bytes` of parts, after which the client reads on from
+`Stream-Next-Offset`.
 """
 
 from __future__ import annotations
@@ -37,30 +38,42 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         headers["stream-snapshot-offset"] = "-1"
     parts = [first]
     message_type = "application/json" if meta.json else meta.content_type
-    size = 0
-    while pos < meta.tail and size < engine.limits.bootstrap_max_bytes:
-        chunk = await engine.read(meta, pos, whole_records=True, max_bytes=engine.limits.bootstrap_max_bytes - size)
+    boundary = "rill-" + secrets.token_hex(12)
+    overhead = len(_head(boundary, message_type, 0)) + 20 + 2  # a part's head (any length), and its CRLF
+    room = engine.limits.bootstrap_max_bytes
+    full = False
+    while pos < meta.tail and not full and room > overhead:
+        chunk = await engine.read(meta, pos, whole_records=True, max_bytes=room)
         if not chunk.payloads:
             break
         for payload in chunk.payloads:
-            messages = split_json_record(payload) if meta.json else [bytes(payload)]
-            parts.extend((message_type, m) for m in messages)
-        size += chunk.size
-        pos = chunk.next_pos
+            # A part per message: a record of tiny JSON messages costs far more as parts than as
+            # bytes. A record that could pass the limit (counting a part per comma) waits for a
+            # plain read, even the first: the response stays within the limit whatever the records.
+            data = bytes(payload)
+            cost = len(data) + overhead * (data.count(b",") + 1 if meta.json else 1)
+            if cost > room:
+                full = True
+                break
+            parts.extend((message_type, m) for m in (split_json_record(data) if meta.json else [data]))
+            room -= cost
+            pos += len(data)
     headers["stream-next-offset"] = format_offset(pos)
     if pos >= meta.tail:
         headers["stream-up-to-date"] = "true"
         if meta.closed:
             headers["stream-closed"] = "true"
-    boundary = "rill-" + secrets.token_hex(12)
     headers["content-type"] = f"multipart/mixed; boundary={boundary}"
     return Reply(200, headers, multipart(boundary, parts))
+
+
+def _head(boundary: str, content_type: str, length: int) -> bytes:
+    return f"--{boundary}\r\ncontent-type: {content_type}\r\ncontent-length: {length}\r\n\r\n".encode("latin-1")
 
 
 def multipart(boundary: str, parts: list[tuple[str, bytes]]) -> bytes:
     out = []
     for content_type, body in parts:
-        head = f"--{boundary}\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n"
-        out += [head.encode("latin-1"), body, b"\r\n"]
+        out += [_head(boundary, content_type, len(body)), body, b"\r\n"]
     out.append(f"--{boundary}--\r\n".encode("latin-1"))
     return b"".join(out)

@@ -8,12 +8,14 @@ rejected writes are checked to leave the stream's data and tail unchanged.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.http.ds_helpers import create, frames, parse_multipart, read, tail
 from tests.http.helpers import JSON_CT, TEXT, assert_error, uid
+from tests.inprocess import node_client
 
 
 @pytest.fixture()
@@ -96,3 +98,35 @@ def test_bootstrap_of_a_closed_stream(client: httpx.Client, path: str) -> None:
 def test_bootstrap_with_live_is_400(client: httpx.Client, path: str, live: str) -> None:
     create(client, path, b"x")
     assert_error(client.get(f"{path}/bootstrap", params={"live": live}), 400)
+
+
+@pytest.mark.anyio
+async def test_bootstrap_parts_stay_within_the_limit_however_small_the_messages(tmp_path: Path) -> None:
+    """A part per message costs a head of about 90 bytes: a record of a million one-digit messages
+    would make a response 45 times its size. Records whose parts would pass the limit wait for a
+    plain read, the first one too."""
+    limit = 64 * 1024
+    async with node_client(tmp_path, bootstrap_max_bytes=limit) as c:
+        path = "/ds/boot-limit/s"
+        assert (await c.put("/ds/boot-limit")).status_code == 201
+        assert (await c.put(path, headers=JSON_CT)).status_code == 201
+        small = [b"[" + b",".join(b"%d" % (i % 10) for i in range(100)) + b"]" for _ in range(50)]
+        for body in small:  # 50 records of 100 messages: 5,000 parts, about 450 KB as parts
+            assert (await c.post(path, headers=JSON_CT, content=body)).status_code == 204
+        boot = await c.get(f"{path}/bootstrap")
+        assert boot.status_code == 200 and "stream-up-to-date" not in boot.headers
+        assert len(boot.content) <= limit
+        parts = parse_multipart(boot)
+        assert len(parts) > 1 and (len(parts) - 1) % 100 == 0  # whole records only
+        rest = await c.get(path, params={"offset": boot.headers["stream-next-offset"]})
+        assert len(rest.json()) == 5_000 - (len(parts) - 1)  # reading on gives exactly the rest
+
+        wide = "/ds/boot-limit/wide"  # one record whose parts alone would pass the limit
+        assert (await c.put(wide, headers=JSON_CT)).status_code == 201
+        ones = b"[" + b",".join([b"1"] * 100_000) + b"]"
+        assert (await c.post(wide, headers=JSON_CT, content=ones)).status_code == 204
+        boot = await c.get(f"{wide}/bootstrap")
+        assert boot.status_code == 200 and len(boot.content) < 1024
+        assert parse_multipart(boot) == [("application/octet-stream", b"")]
+        assert boot.headers["stream-next-offset"] == (await c.head(wide)).headers["stream-earliest-offset"]
+        assert len((await c.get(wide, params={"offset": boot.headers["stream-next-offset"]})).json()) == 100_000
