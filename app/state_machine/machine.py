@@ -228,6 +228,10 @@ class StateMachine:
     def segments(self, sid: int, lo: int, hi: int) -> Iterator[r.SegmentInfo]:
         return reader.segments(self.table, sid, lo, hi)
 
+    def ranges(self, meta: r.StreamMeta, start: int, end: int) -> list[tuple[int, int, int]]:
+        """(sid, lo, hi): whose records make up positions [start, end) of the stream (a fork's sources')."""
+        return reader.ranges(self.table, meta, start, end)
+
     def is_boundary(self, meta: r.StreamMeta, pos: int) -> bool:
         return reader.is_boundary(self.table, meta, pos)
 

@@ -192,7 +192,7 @@ def read(
     """
     chunk = Chunk(next_pos=pos)
     try:
-        for sid, lo, hi in _ranges(table, meta, pos, meta.tail):
+        for sid, lo, hi in ranges(table, meta, pos, meta.tail):
             for rec_pos, payload in _pieces(table, sid, lo, hi, meta.json, cold):
                 room = max_bytes - chunk.size
                 keep_whole = meta.json or whole
@@ -221,7 +221,7 @@ def local_records(
     is evicted to the object store (only its segments hold those records now)."""
     out: list[tuple[int, bytes]] = []
     size, next_pos = 0, pos
-    for sid, lo, hi in _ranges(table, meta, pos, meta.tail):
+    for sid, lo, hi in ranges(table, meta, pos, meta.tail):
         if lo < table.streams[sid].evicted:
             return None
         for key, value in table.kv.scan(r.DATA, r.data_key(sid, lo), r.data_key(sid, hi)):
@@ -238,18 +238,18 @@ def local_records(
 def evicted_span(table: StreamTable, meta: r.StreamMeta, pos: int) -> tuple[r.StreamMeta, int]:
     """The stream whose segments hold the first evicted records of `meta` from `pos` (a fork's source
     for what it inherited), and where that evicted run ends in `meta`'s positions."""
-    for sid, lo, hi in _ranges(table, meta, pos, meta.tail):
+    for sid, lo, hi in ranges(table, meta, pos, meta.tail):
         holder = table.streams[sid]
         if lo < holder.evicted:
             return holder, min(hi, holder.evicted)
     return meta, meta.evicted
 
 
-def _ranges(table: StreamTable, meta: r.StreamMeta, start: int, end: int) -> list[tuple[int, int, int]]:
+def ranges(table: StreamTable, meta: r.StreamMeta, start: int, end: int) -> list[tuple[int, int, int]]:
     """(sid, lo, hi) pieces that make up positions [start, end) of `meta`."""
     out: list[tuple[int, int, int]] = []
     if start < meta.fork_pos and meta.fork_of is not None:
-        out += _ranges(table, table.streams[meta.fork_of], start, min(end, meta.fork_pos))
+        out += ranges(table, table.streams[meta.fork_of], start, min(end, meta.fork_pos))
     if end > meta.fork_pos:
         out.append((meta.sid, max(start, meta.fork_pos), end))
     return out

@@ -2,8 +2,8 @@
 and when the leader looks again.
 
 The leader's sweep proposes `Retain(auto=True)` with the result; the apply never passes the latest
-snapshot. Only a stream's own records are looked at (a fork's history below its fork point is its
-source's to keep).
+snapshot. A fork's history below its fork point is its sources' records: their times and sizes count
+for the fork's limits as its own do (the sources keep the bytes while forks read them).
 
 A pass looks at the streams with retention that were written since the last pass (a max-bytes
 limit is passed only by growing) and at those whose max-age check is due: when their oldest record
@@ -86,41 +86,44 @@ def retention_target(machine: StateMachine, meta: StreamMeta, now: int) -> int |
 
 
 def _oldest_time(machine: StateMachine, meta: StreamMeta) -> int | None:
-    """When the stream's oldest own record kept was appended (its segment's oldest, once evicted)."""
-    pos = max(meta.earliest, meta.fork_pos)
-    if pos >= meta.tail:
-        return None
-    if pos < meta.evicted:
-        segment = machine.segment_at(meta.sid, pos)
-        return segment.min_time if segment is not None else None
-    end = r.data_key(meta.sid, meta.tail)
-    for _, value in machine.kv.scan_heads(r.DATA, r.data_key(meta.sid, pos), end, r.RECORD_HEADER_SIZE):
-        return r.record_time(value)
+    """When the stream's oldest record kept was appended (its segment's oldest, once evicted)."""
+    for sid, lo, hi in machine.ranges(meta, meta.earliest, meta.tail):
+        if lo < machine.streams[sid].evicted:
+            segment = machine.segment_at(sid, lo)
+            return segment.min_time if segment is not None else None
+        for _, value in machine.kv.scan_heads(r.DATA, r.data_key(sid, lo), r.data_key(sid, hi), r.RECORD_HEADER_SIZE):
+            return r.record_time(value)
     return None
 
 
 def _boundary_at_or_after(machine: StateMachine, meta: StreamMeta, pos: int) -> int:
-    start = max(pos, meta.fork_pos, meta.earliest)
-    if start < meta.evicted:
-        segment = machine.segment_at(meta.sid, start)
-        if segment is not None:
-            return next((s for s in segment.record_starts() if s >= start), segment.hi)
-    for key, _ in machine.kv.scan_heads(r.DATA, r.data_key(meta.sid, start), r.data_key(meta.sid, meta.tail)):
-        return r.data_pos(key)
+    for sid, lo, hi in machine.ranges(meta, max(pos, meta.earliest), meta.tail):
+        if lo < machine.streams[sid].evicted:
+            segment = machine.segment_at(sid, lo)
+            if segment is not None:
+                start = next((s for s in segment.record_starts() if s >= lo), segment.hi)
+                if start < hi:
+                    return start
+                continue
+        for key, _ in machine.kv.scan_heads(r.DATA, r.data_key(sid, lo), r.data_key(sid, hi)):
+            return r.data_pos(key)
     return meta.tail
 
 
 def _first_newer(machine: StateMachine, meta: StreamMeta, cutoff: int) -> int:
-    """The start of the first record appended at or after `cutoff` (ms); segments count by their newest record."""
-    pos = max(meta.earliest, meta.fork_pos)
-    for segment in machine.segments(meta.sid, pos, meta.evicted):
-        if segment.max_time >= cutoff:
-            return max(pos, segment.lo)
-        pos = segment.hi
-    records = machine.kv.scan_heads(
-        r.DATA, r.data_key(meta.sid, pos), r.data_key(meta.sid, meta.tail), r.RECORD_HEADER_SIZE
-    )
-    for scanned, (key, value) in enumerate(records):
-        if r.record_time(value) >= cutoff or scanned >= MAX_SCAN:
-            return r.data_pos(key)
+    """The start of the first record appended at or after `cutoff` (ms); segments count by their newest
+    record. A fork's records below its fork point are its sources': their times count as well."""
+    scanned = 0
+    for sid, lo, hi in machine.ranges(meta, meta.earliest, meta.tail):
+        pos = lo
+        for segment in machine.segments(sid, lo, min(hi, machine.streams[sid].evicted)):
+            if segment.max_time >= cutoff:
+                return max(pos, segment.lo)
+            pos = segment.hi
+        if pos >= hi:
+            continue
+        for key, value in machine.kv.scan_heads(r.DATA, r.data_key(sid, pos), r.data_key(sid, hi), r.RECORD_HEADER_SIZE):
+            if r.record_time(value) >= cutoff or scanned >= MAX_SCAN:
+                return r.data_pos(key)
+            scanned += 1
     return meta.tail
