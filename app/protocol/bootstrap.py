@@ -58,6 +58,7 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
             parts.extend((message_type, m) for m in (split_json_record(data) if meta.json else [data]))
             room -= cost
             pos += len(data)
+    engine.renew(meta)  # a read, as any other: it renews a sliding TTL
     headers["stream-next-offset"] = format_offset(pos)
     if pos >= meta.tail:
         headers["stream-up-to-date"] = "true"

@@ -6,9 +6,10 @@ from app.domain.errors import bad_request
 from app.domain.offsets import format_offset, parse_position
 from app.protocol.headers import parse_uint
 from app.protocol.http import Reply
-from app.protocol.responses import raise_for
+from app.protocol.responses import raise_for, refuse_early
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
+from app.state_machine import history as rules
 from app.state_machine.commands import Retain
 
 
@@ -29,9 +30,9 @@ def parse_retention(value: str | None) -> tuple[int | None, int | None]:
 async def put_retention(engine: Engine, target: StreamTarget, token: str) -> Reply:
     pos = parse_position(token)
     engine.find(target.bucket, target.name)
-    outcome = await engine.submit(
-        Retain(target.bucket, target.name, pos, touched=engine.touched_at(target.bucket, target.name))
-    )
+    command = Retain(target.bucket, target.name, pos, touched=engine.touched_at(target.bucket, target.name))
+    await refuse_early(engine, lambda: rules.retain_refusal(engine.table, command, engine.now_ms()))
+    outcome = await engine.submit(command)
     raise_for(outcome)
     headers = {
         "stream-earliest-offset": format_offset(outcome.earliest),

@@ -14,10 +14,11 @@ from app.domain.media import DEFAULT_CONTENT_TYPE
 from app.domain.offsets import format_offset, parse_position
 from app.protocol.bodies import read_body
 from app.protocol.http import Call, Reply
-from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, raise_for
+from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, raise_for, refuse_early
 from app.protocol.target import StreamTarget
 from app.runtime import blocking
 from app.service.engine import Engine
+from app.state_machine import history as rules
 from app.state_machine.commands import Code, DeleteSnapshot, PublishSnapshot
 from app.state_machine.records import PublishedSnapshot, StreamMeta
 from app.tiering.segment import stream_dir
@@ -58,11 +59,13 @@ async def publish(engine: Engine, call: Call, target: StreamTarget, token: str) 
         match=match.removeprefix("sha256:").strip() if match is not None else None,
         touched=engine.touched_at(target.bucket, target.name),
     )
+    # Refused before the upload too: a refused one would leave its object behind until collected.
+    await refuse_early(engine, lambda: rules.publish_refusal(engine.table, command, engine.now_ms()))
     if len(body) <= INLINE_MAX_BYTES:
         command.inline = body
         outcome = await engine.submit(command)
     else:
-        if engine.quotas is not None:  # refused before the upload, not after it
+        if engine.quotas is not None:
             engine.quotas.check(command, engine.now_ms())
         command.key = snapshot_key(target.bucket, target.name, sha256)
         async with engine.uploading_key(command.key):
@@ -102,6 +105,7 @@ async def fetch(engine: Engine, target: StreamTarget, token: str, private: bool 
     pos = parse_position(token)
     meta, snapshot = await _find_snapshot(engine, target, pos)
     body = await blob(engine, snapshot)
+    engine.renew(meta)  # a read of the stream's state: it renews a sliding TTL as reads do
     headers = {**_headers(pos, snapshot.sha256, meta), "content-type": snapshot.content_type}
     headers["etag"] = f'"{snapshot.sha256}"'
     # The snapshot at an offset does not change while it exists (another one there is a conflict).
@@ -140,9 +144,7 @@ async def blob(engine: Engine, snapshot: PublishedSnapshot) -> bytes:
 async def delete(engine: Engine, target: StreamTarget, token: str) -> Reply:
     pos = parse_position(token)
     engine.find(target.bucket, target.name)
-    raise_for(
-        await engine.submit(
-            DeleteSnapshot(target.bucket, target.name, pos, engine.touched_at(target.bucket, target.name))
-        )
-    )
+    command = DeleteSnapshot(target.bucket, target.name, pos, engine.touched_at(target.bucket, target.name))
+    await refuse_early(engine, lambda: rules.delete_refusal(engine.table, command, engine.now_ms()))
+    raise_for(await engine.submit(command))
     return Reply(204, {})

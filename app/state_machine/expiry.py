@@ -34,6 +34,20 @@ def existing(table: StreamTable, bucket: str, name: str, now: int, touched: int 
     return meta
 
 
+def present(table: StreamTable, bucket: str, name: str, now: int, touched: int = 0) -> r.StreamMeta | Outcome:
+    """`existing` without collecting an expired stream: what it would answer (for refusals known
+    before a command is proposed)."""
+    sid = table.names.get((bucket, name))
+    if sid is None:
+        return Outcome(Code.NOT_FOUND)
+    meta = table.streams[sid]
+    if meta.deleted or (meta.expired(now, touched) and meta.forks > 0):
+        return Outcome(Code.GONE)  # an expired stream that forks read through is only soft-deleted
+    if meta.expired(now, touched):
+        return Outcome(Code.NOT_FOUND)
+    return meta
+
+
 def touch(table: StreamTable, cmd: Touch, now: int) -> Outcome:
     meta = live(table, cmd.bucket, cmd.stream, now, now)  # the Touch stands for a read of the live stream
     if meta is None or meta.deleted:

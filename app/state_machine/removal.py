@@ -34,6 +34,8 @@ def remove(table: StreamTable, meta: r.StreamMeta) -> None:
             table.dirty.add(source.sid)
             if source.forks == 0 and source.deleted:
                 remove(table, source)
+            elif source.forks == 0:
+                trim(table, source, source.earliest)  # what retention kept for the forks alone
 
 
 def _forget_positions(table: StreamTable, meta: r.StreamMeta) -> None:
@@ -42,3 +44,24 @@ def _forget_positions(table: StreamTable, meta: r.StreamMeta) -> None:
     under its name is covered from its beginning."""
     for key in table.coverage.covering(meta):
         table.forgotten.setdefault(key, set()).add(meta.name[len(table.coverage.scopes[key].prefix) :])
+
+
+def trim(table: StreamTable, meta: r.StreamMeta, pos: int) -> None:
+    """Deletes own records below `pos`, locally and (through the queue) in the object store.
+
+    A stream with forks keeps its data: a fork reads below its fork point from it. It is trimmed
+    when its last fork goes.
+    """
+    lo, sid = meta.fork_pos, meta.sid
+    if meta.forks > 0 or pos <= lo:
+        return
+    table.batch.delete_range(r.DATA, r.data_key(sid, lo), r.data_key(sid, pos))
+    table.local_bytes -= max(0, pos - max(meta.evicted, lo))
+    table.untiered_bytes -= max(0, pos - max(meta.tiered, lo))
+    for segment in list(segments(table, sid, lo, pos)):
+        if segment.hi <= pos:
+            table.unstage(r.SEGMENTS, r.data_key(sid, segment.lo))
+            # The manifest too: the tiering worker keeps it while own segments remain beside it.
+            release_segment(table, sid, segment, manifest=True)
+    meta.tiered = max(meta.tiered, pos)
+    meta.evicted = max(meta.evicted, pos)

@@ -1,7 +1,9 @@
 """Applications' published snapshots as stored: by (sid, position), with their objects' keys.
 
 Snapshot objects are content-addressed, so two offsets of a stream may share one key; an object
-is queued for deletion only when no snapshot of its stream names it any more.
+is queued for deletion only when no snapshot of its stream names it any more. The table counts, per
+stream, the snapshots naming each object and their bytes (built at load, kept as they change), so
+no rule scans a stream's snapshots (inline ones are up to 256 KiB each).
 """
 
 from __future__ import annotations
@@ -16,22 +18,25 @@ def snapshot_at(table: StreamTable, sid: int, pos: int) -> r.PublishedSnapshot |
     return None if raw is None else r.decode_snapshot(raw)
 
 
-def snapshot_keys(table: StreamTable, sid: int, but: int | None = None) -> set[str]:
-    """Object keys of the stream's snapshots, other than the one at `but`."""
-    found = table.scan(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1))
-    if but is not None:
-        found.pop(r.data_key(sid, but), None)
-    keys = (r.decode_snapshot(raw).key for raw in found.values())
-    return {k for k in keys if k is not None}
+def index_snapshot(table: StreamTable, meta: r.StreamMeta, snapshot: r.PublishedSnapshot, sign: int) -> bool:
+    """Counts a snapshot published (1) or deleted (-1) in the table's index; True when that was the
+    last snapshot of the stream to name its object, which may then go."""
+    table.count_snapshot(meta.bucket, sign * snapshot.size)
+    return table.index_snapshot(meta.sid, snapshot, sign)
+
+
+def snapshot_keys(table: StreamTable, sid: int) -> set[str]:
+    """Object keys of the stream's snapshots."""
+    return set(table.snapshot_objects.get(sid, ()))
 
 
 def drop_snapshots(table: StreamTable, sid: int) -> None:
     """A hard-deleted stream's snapshots, and their objects."""
-    keys = snapshot_keys(table, sid)
+    keys = table.snapshot_objects.pop(sid, {})
+    size = table.snapshot_sizes.pop(sid, 0)
     owner = table.streams.get(sid)
-    if owner is not None:
-        found = table.scan(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1))
-        table.count_snapshot(owner.bucket, -sum(r.decode_snapshot(raw).size for raw in found.values()))
+    if owner is not None and size:
+        table.count_snapshot(owner.bucket, -size)
     table.batch.delete_range(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1))
     for key in sorted(keys):
         enqueue_object(table, key)

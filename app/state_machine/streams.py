@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.domain.media import media_type
 from app.state_machine import records as r
 from app.state_machine.commands import Append, AppendBatch, Code, CreateStream, DeleteStream, Outcome
-from app.state_machine.expiry import existing, live
+from app.state_machine.expiry import existing, live, present
 from app.state_machine.forks import ForkPoint, fork_point
 from app.state_machine.outcomes import stream_outcome
 from app.state_machine.producers import refusal, remember
@@ -142,7 +142,7 @@ def append_refusal(table: StreamTable, cmd: Append, now: int) -> Outcome | None:
     it; None when it may be accepted (or is a producer's duplicate, which the apply answers)."""
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
-    meta = _present(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    meta = present(table, cmd.bucket, cmd.stream, now, cmd.touched)
     if isinstance(meta, Outcome):
         return meta
     if cmd.producer is not None:
@@ -163,7 +163,7 @@ def append_refusal(table: StreamTable, cmd: Append, now: int) -> Outcome | None:
 def delete_refusal(table: StreamTable, cmd: DeleteStream, now: int) -> Outcome | None:
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
-    found = _present(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    found = present(table, cmd.bucket, cmd.stream, now, cmd.touched)
     return found if isinstance(found, Outcome) else None
 
 
@@ -173,7 +173,7 @@ def create_refusal(table: StreamTable, cmd: CreateStream, now: int) -> Outcome |
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
     if cmd.fork_stream is not None:
-        source = _present(table, cmd.bucket, cmd.fork_stream, now, cmd.source_touched)
+        source = present(table, cmd.bucket, cmd.fork_stream, now, cmd.source_touched)
         if isinstance(source, Outcome):
             if source.code is Code.GONE:
                 return Outcome(Code.SOURCE_DELETED, "fork source is deleted")
@@ -188,19 +188,6 @@ def create_refusal(table: StreamTable, cmd: CreateStream, now: int) -> Outcome |
     if not _same_config(current, _wanted(table, cmd, None, now)):
         return Outcome(Code.CONFIG_MISMATCH, "stream exists with a different configuration")
     return None
-
-
-def _present(table: StreamTable, bucket: str, name: str, now: int, touched: int) -> r.StreamMeta | Outcome:
-    """`existing` without collecting an expired stream: what it would answer."""
-    sid = table.names.get((bucket, name))
-    if sid is None:
-        return Outcome(Code.NOT_FOUND)
-    meta = table.streams[sid]
-    if meta.deleted or (meta.expired(now, touched) and meta.forks > 0):
-        return Outcome(Code.GONE)  # an expired stream that forks read through is only soft-deleted
-    if meta.expired(now, touched):
-        return Outcome(Code.NOT_FOUND)
-    return meta
 
 
 def append_batch(table: StreamTable, cmd: AppendBatch, now: int) -> Outcome:

@@ -67,10 +67,15 @@ class StreamTable:
             self.count_usage(meta.bucket, 1, kept(meta))
         # bucket -> bytes of its streams' published snapshots (quotas count them with the records)
         self.snapshot_bytes: dict[str, int] = {}
+        # sid -> {object key: snapshots naming it}, and sid -> bytes of its snapshots (app/state_machine/snapshots.py)
+        self.snapshot_objects: dict[int, dict[str, int]] = {}
+        self.snapshot_sizes: dict[int, int] = {}
         for key, value in kv.scan(r.STREAM_SNAPSHOTS, b""):
-            owner = self.streams.get(r.U64.unpack_from(key)[0])
+            sid, snapshot = r.U64.unpack_from(key)[0], r.decode_snapshot(value)
+            self.index_snapshot(sid, snapshot, 1)
+            owner = self.streams.get(sid)
             if owner is not None:
-                self.count_snapshot(owner.bucket, r.decode_snapshot(value).size)
+                self.count_snapshot(owner.bucket, snapshot.size)
         # Objects queued for deletion, kept as the queue changes (metrics must not count it per scrape).
         self.queued_objects = sum(1 for _ in kv.scan(r.GC_QUEUE, b""))
         # Streams the batch in progress created: not yet in the store's name index.
@@ -173,6 +178,25 @@ class StreamTable:
         usage[1] += kept
         if not usage[0]:
             del self.usage[bucket]
+
+    def index_snapshot(self, sid: int, snapshot: r.PublishedSnapshot, sign: int) -> bool:
+        """See snapshots.index_snapshot; True when no snapshot of `sid` names its object any more."""
+        size = self.snapshot_sizes.get(sid, 0) + sign * snapshot.size
+        if size:
+            self.snapshot_sizes[sid] = size
+        else:
+            self.snapshot_sizes.pop(sid, None)
+        if snapshot.key is None:
+            return False
+        objects = self.snapshot_objects.setdefault(sid, {})
+        count = objects.get(snapshot.key, 0) + sign
+        if count > 0:
+            objects[snapshot.key] = count
+            return False
+        objects.pop(snapshot.key, None)
+        if not objects:
+            del self.snapshot_objects[sid]
+        return True
 
     def count_snapshot(self, bucket: str, size: int) -> None:
         total = self.snapshot_bytes.get(bucket, 0) + size

@@ -8,6 +8,7 @@ rejected writes are checked to leave the stream's data and tail unchanged.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -130,3 +131,15 @@ async def test_bootstrap_parts_stay_within_the_limit_however_small_the_messages(
         assert parse_multipart(boot) == [("application/octet-stream", b"")]
         assert boot.headers["stream-next-offset"] == (await c.head(wide)).headers["stream-earliest-offset"]
         assert len((await c.get(wide, params={"offset": boot.headers["stream-next-offset"]})).json()) == 100_000
+
+
+def test_bootstraps_and_snapshot_reads_renew_a_sliding_ttl(client: httpx.Client, path: str) -> None:
+    """Reads renew a sliding TTL (README): a reader that only bootstraps, or fetches the snapshot,
+    keeps the stream as one that reads it does."""
+    create(client, path, b"a", headers={**TEXT, "stream-ttl": "1"})
+    snap = f"{path}/snapshot/{tail(client, path)}"
+    assert client.put(snap, content=b"state").status_code == 201
+    for i in range(8):  # 2.4 s, past the 1 s TTL
+        time.sleep(0.3)
+        response = client.get(f"{path}/bootstrap") if i % 2 else client.get(snap)
+        assert response.status_code == 200, (i, response.text)

@@ -53,3 +53,49 @@ async def test_refused_writes_make_no_log_entry(tmp_path: Path) -> None:
             assert (await c.post("/ds/bkt-one/s", headers=TEXT, content=b"c")).status_code == 204
             assert (await c.post("/ds/bkt-one/done", headers={**TEXT, "stream-closed": "true"})).status_code == 204
             assert entries() == before + 2
+
+
+async def test_refused_snapshots_and_retention_make_no_log_entry_and_upload_nothing(tmp_path: Path) -> None:
+    async with running_node(tmp_path) as node:
+        kv, _ = node.stores["raft"]
+
+        def entries() -> int:
+            return sum(1 for _ in kv.scan("log", b""))
+
+        def uploaded() -> list[Path]:
+            return [p for p in (tmp_path / "cold").rglob("*.bin")]
+
+        transport = httpx.ASGITransport(node.app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://rill.test") as c:
+            s = "/ds/bkt-two/s"
+            assert (await c.put("/ds/bkt-two")).status_code == 201
+            assert (await c.put(s, headers=TEXT)).status_code == 201
+            first = (await c.post(s, headers=TEXT, content=b"abc")).headers["stream-next-offset"]
+            tail = (await c.post(s, headers=TEXT, content=b"def")).headers["stream-next-offset"]
+            assert (await c.put(f"{s}/snapshot/{tail}", content=b"state")).status_code == 201
+            past = "0" * 16 + "_" + "9" * 16
+            inside = first[:-1] + chr(ord(first[-1]) - 1)  # a position inside the first record
+            large = b"L" * (300 * 1024)  # past the inline size: uploaded to the object store
+            refused = [
+                (c.put(f"{s}/snapshot/{past}", content=b"x" * 200_000), 409),
+                (c.put(f"{s}/snapshot/{past}", content=large), 409),
+                (c.put(f"{s}/snapshot/{inside}", content=large), 400),
+                (c.put(f"{s}/snapshot/{tail}", content=large), 409),  # another snapshot stands there
+                (c.put(f"{s}/snapshot/{first}", headers={"stream-snapshot-match": "sha256:00"}, content=large), 409),
+                (c.delete(f"{s}/snapshot/{first}"), 404),
+                (c.delete(f"{s}/snapshot/{tail}"), 409),  # the latest
+                (c.put(f"{s}/retention/{past}"), 409),
+                (c.put(f"{s}/retention/{inside}"), 400),
+            ]
+            for request, status in refused:
+                before = entries()
+                response = await request
+                assert response.status_code == status, response.text
+                assert entries() == before, f"{response.request.method} {response.request.url} made a log entry"
+            assert uploaded() == []
+            # What is accepted still goes through the log.
+            before = entries()
+            assert (await c.put(f"{s}/snapshot/{tail}", content=b"state")).status_code == 204  # the same again
+            assert (await c.put(f"{s}/snapshot/{first}", content=large)).status_code == 201
+            assert (await c.put(f"{s}/retention/{first}")).status_code == 204
+            assert entries() == before + 3 and len(uploaded()) == 1

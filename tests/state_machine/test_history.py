@@ -19,8 +19,10 @@ from app.state_machine.commands import (
     CreateBucket,
     CreateStream,
     DeleteSnapshot,
+    DeleteStream,
     Outcome,
     PublishSnapshot,
+    Retain,
     encode_envelope,
 )
 from app.state_machine.machine import StateMachine
@@ -94,3 +96,45 @@ def test_deleting_an_older_snapshot_queues_its_unshared_blob(m: Machine) -> None
     assert m.one(DeleteSnapshot(B, "s", 3)).code is Code.DELETED
     assert older.key in m.queued()
     assert newer.key not in m.queued()
+
+
+def test_a_refused_publish_queues_the_object_it_uploaded_unless_a_snapshot_names_it(m: Machine) -> None:
+    kept = large(3, b"kept")
+    assert m.one(kept).code is Code.CREATED
+    beyond, conflict = large(99, b"beyond"), large(3, b"other")
+    assert m.one(beyond).code is Code.BEYOND_TAIL
+    assert m.one(conflict).code is Code.SNAPSHOT_CONFLICT
+    assert m.one(large(2, b"kept")).code is Code.NOT_BOUNDARY  # its object is the one at 3
+    assert m.one(kept).code is Code.EXISTS
+    missing = large(0, b"gone", stream="nope")
+    assert m.one(missing).code is Code.NOT_FOUND
+    assert m.queued() == {beyond.key, conflict.key, missing.key}
+    assert m.one(large(6, b"beyond")).code is Code.CREATED  # published after all: taken off the queue
+    assert m.queued() == {conflict.key, missing.key}
+
+
+def test_the_snapshot_index_is_kept_as_on_load(m: Machine) -> None:
+    m.apply(large(3, b"one"), large(6, b"one"), large(0, b"two"))
+    assert m.one(PublishSnapshot(B, "s", 6, TEXT, "ab" * 32, 5, inline=b"12345")).code is Code.SNAPSHOT_CONFLICT
+    m.one(DeleteSnapshot(B, "s", 0))
+    table = m.sm.table
+    sid = m.sm.lookup(B, "s").sid
+    assert table.snapshot_objects == {sid: {large(3, b"one").key: 2}}
+    assert table.snapshot_sizes == {sid: 6}
+    loaded = StateMachine(m.kv).table
+    assert (loaded.snapshot_objects, loaded.snapshot_sizes) == (table.snapshot_objects, table.snapshot_sizes)
+    m.one(DeleteStream(B, "s"))
+    assert (table.snapshot_objects, table.snapshot_sizes) == ({}, {})
+    assert large(3, b"one").key in m.queued()
+
+
+def test_history_retained_for_forks_is_deleted_when_the_last_fork_goes(m: Machine) -> None:
+    sid = m.sm.lookup(B, "s").sid
+    assert m.one(CreateStream(B, "f", TEXT, False, fork_stream="s", fork_offset=6)).code is Code.CREATED
+    assert m.one(Retain(B, "s", 6)).code is Code.OK
+    assert len(list(m.kv.scan(r.DATA, r.data_key(sid, 0), r.data_key(sid + 1, 0)))) == 2  # the fork reads them
+    local = m.sm.table.local_bytes
+    assert m.one(DeleteStream(B, "f")).code is Code.DELETED
+    assert list(m.kv.scan(r.DATA, r.data_key(sid, 0), r.data_key(sid + 1, 0))) == []
+    assert m.sm.table.local_bytes == local - 6
+    assert m.sm.lookup(B, "s").earliest == 6
