@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
+from app.raft.messages import MAX_NODE_ID, parse_node_id
 from app.security.authenticator import AuthSettings
 from app.security.quotas import BucketQuota
 
@@ -20,7 +21,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(4437, ge=0, le=65535)
     data_dir: Path = Path("./data")
-    node_id: int = Field(1, ge=1)
+    node_id: int = Field(1, ge=1, le=MAX_NODE_ID)
     peers: dict[int, str] = Field(default_factory=dict, description="node id -> base URL; empty: a single node")
     peer_routes: dict[int, str] = Field(
         default_factory=dict,
@@ -144,9 +145,10 @@ def parse_peers(text: str) -> dict[int, str]:
     peers: dict[int, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         node_id, sep, url = item.partition("=")
-        if not sep or not node_id.strip().isdigit() or not url.strip():
+        peer = parse_node_id(node_id.strip())
+        if not sep or peer is None or not url.strip():
             raise ValueError(f"peers must look like 1=http://host:port,2=...; got {item!r}")
-        peers[int(node_id)] = url.strip().rstrip("/")
+        peers[peer] = url.strip().rstrip("/")
     return peers
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import load_settings
+from app.config import load_settings, parse_peers
 
 FILE = """
 port = 4437
@@ -49,3 +49,10 @@ def test_a_bad_value_from_the_environment_is_a_value_error(monkeypatch: pytest.M
     monkeypatch.setenv("RILL_PEERS", "{not json")
     with pytest.raises(ValueError):
         load_settings()
+
+
+def test_peer_ids_are_ascii_integers_a_node_can_have() -> None:
+    assert parse_peers("1=http://a:1, 2=http://b:2/") == {1: "http://a:1", 2: "http://b:2"}
+    for bad in ("²=http://a:1", "0=http://a:1", f"{1 << 63}=http://a:1", "x=http://a:1", "1=", "1"):
+        with pytest.raises(ValueError):
+            parse_peers(bad)

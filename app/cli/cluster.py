@@ -90,6 +90,11 @@ def _client_options(token: str, ca: Path | None) -> dict[str, Any]:
     return options
 
 
+# A learner that cannot catch up (unreachable, or far too slow) answers 503 after each 120 s wait: the
+# command gives up after this long, leaving the learner for `rill cluster remove` or a later `add`.
+CHANGE_WAIT_SECONDS = 600.0
+
+
 def change(args: argparse.Namespace, client: dict[str, Any]) -> None:
     """Sends a membership change to any node (followers redirect to the leader) and shows the result."""
     base = args.url.rstrip("/")
@@ -98,6 +103,7 @@ def change(args: argparse.Namespace, client: dict[str, Any]) -> None:
     else:
         method, url, body = "DELETE", f"{base}/_rill/members/{args.node_id}", None
     # Redirects are followed here, not by httpx: it drops Authorization when the leader is another origin.
+    deadline = time.monotonic() + CHANGE_WAIT_SECONDS
     with httpx.Client(timeout=300, **client) as http:
         for _ in range(60):
             try:
@@ -107,7 +113,7 @@ def change(args: argparse.Namespace, client: dict[str, Any]) -> None:
                 raise SystemExit(f"rill: error: {method} {url}: {reason}") from None
             if response.status_code == 307:
                 url = response.headers["location"]
-            elif response.status_code == 503:
+            elif response.status_code == 503 and time.monotonic() < deadline:
                 time.sleep(float(response.headers.get("retry-after", "1")))  # leadership moving or catching up
             else:
                 break

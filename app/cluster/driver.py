@@ -174,8 +174,8 @@ class RaftNode:
             return False
         self._wake.set()
         deadline = asyncio.get_running_loop().time() + timeout
-        while self.is_leader and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
+        while self.is_leader and self.core.transferee and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # the core gives up on a target that stopped answering
         return not self.is_leader
 
     async def stop(self) -> None:

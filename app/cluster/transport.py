@@ -256,12 +256,12 @@ class Transport:
 
     async def send(self, messages: list[Message]) -> None:
         for msg in messages:
-            queue = self._queues.get(msg.dst)
-            if queue is None:
-                continue
             held = self._held.get(msg.dst)
             if held is not None and held.size + _size(msg) <= BATCH_BYTES:
                 held.add(msg)
+                continue
+            queue = self._queues.get(msg.dst)
+            if queue is None:
                 continue
             queue.append(msg)
             self._bytes[msg.dst] += _size(msg)
@@ -401,8 +401,12 @@ class Transport:
 
     async def replies_for(self, peer: int, messages: list[Message], timeout: float = REPLY_WAIT) -> list[Message]:
         """The messages this node addresses to `peer` within `timeout`, if `messages` (just received
-        from it) call for an answer; they are taken from the peer's queue's way, not sent twice."""
-        if peer in self._held or peer not in self.peers:
+        from it) call for an answer; they are taken from the peer's queue's way, not sent twice.
+
+        The peer need not be one this node knows the address of: a node joining with `--peers` that
+        do not name the current leader learns it only from the log the leader sends, and answers
+        it here until then (the caller checked the cluster's signature)."""
+        if peer in self._held:
             return []
         if not any(isinstance(msg, AppendEntries | RequestVote) for msg in messages):
             return []

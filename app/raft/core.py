@@ -125,7 +125,7 @@ class RaftCore:
         if self.role is Role.LEADER:
             if self.transferee:
                 self.transfer_elapsed += 1
-                if self.transfer_elapsed >= self.election_ticks:
+                if self.transfer_elapsed >= self.election_ticks or self._transferee_silent():
                     self.transferee = 0  # the hand-over stalled: keep leading
             self.quorum_elapsed += 1
             if self.check_quorum and self.quorum_elapsed >= self.election_ticks:
@@ -139,6 +139,13 @@ class RaftCore:
                 broadcast_append(self)
         elif self.elapsed >= self.timeout and self.id in self.voters:
             self.start_election()
+
+    def _transferee_silent(self) -> bool:
+        """The peer being handed over to answered none of the last three heartbeats: it has stopped
+        (a node going away just before this one), and would never campaign."""
+        target = self.tracker.progress.get(self.transferee)
+        window = 3 * self.heartbeat_ticks
+        return target is None or (self.transfer_elapsed > window and self.clock - target.heard > window)
 
     def start_election(self) -> None:
         """Campaigns, after a pre-vote round when pre-vote is on."""
@@ -209,6 +216,9 @@ class RaftCore:
             return
         if self.role is Role.LEADER and msg.src in self.voters:
             self.tracker.active.add(msg.src)
+            heard = self.tracker.progress.get(msg.src)
+            if heard is not None:
+                heard.heard = self.clock
         if isinstance(msg, RequestVote) and not msg.transfer and self._in_lease():
             return  # a leader is alive as far as we know: do not help depose it
         if msg.term > self.term:

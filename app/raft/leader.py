@@ -24,11 +24,17 @@ def step_leader(core: CoreState, msg: Message) -> None:
 
 
 def start_transfer(core: CoreState) -> int:
-    """Hands leadership to the most caught-up voter; returns it (0 when there is none)."""
+    """Hands leadership to the most caught-up of the voters heard from last; returns it (0 when there
+    is none). A voter that stopped answering (a node stopped just before this one, in a rolling
+    restart) may be as caught up as any, but would never campaign: the transfer would time out."""
     progress = core.tracker.progress
     candidates = [p for p in progress if p in core.tracker.voters]
     if core.role is not Role.LEADER or not candidates:
         return 0
+    freshest = max(progress[p].heard for p in candidates)
+    if core.clock - freshest > core.election_ticks:
+        return 0  # no voter has answered for an election timeout: none would take over
+    candidates = [p for p in candidates if progress[p].heard == freshest]
     target = max(candidates, key=lambda peer: (progress[peer].match, -peer))
     core.transferee, core.transfer_elapsed = target, 0
     if progress[target].match == core.log.last_index():

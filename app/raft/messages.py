@@ -14,6 +14,17 @@ class Entry(msgspec.Struct, array_like=True, frozen=True):
     kind: int = NORMAL  # MEMBERSHIP entries carry an encoded Membership
 
 
+MAX_NODE_ID = (1 << 63) - 1  # ids travel as msgpack integers; no cluster needs more
+
+
+def parse_node_id(text: str) -> int | None:
+    """A node id written in ASCII digits (`str.isdigit` takes any script's), within MAX_NODE_ID; else None."""
+    if not text or len(text) > 19 or not text.isascii() or not text.isdigit():
+        return None
+    value = int(text)
+    return value if 1 <= value <= MAX_NODE_ID else None
+
+
 class Membership(msgspec.Struct, array_like=True, frozen=True):
     """The whole configuration after a change: node id -> advertised URL, for voters and learners.
 

@@ -20,6 +20,7 @@ class Progress:
     next: int  # the next index to send
     match: int = 0  # the highest index known to be replicated
     checkpointing: bool = False  # a checkpoint is being streamed to the peer
+    heard: int = -1  # the leader's clock (ticks) when this peer last sent it anything
 
     def acked(self, match: int, checkpoint_index: int) -> bool:
         """Takes a successful reply up to `match`; True when it moved `match` forward."""

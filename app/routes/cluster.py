@@ -30,7 +30,7 @@ from app.domain.errors import ProtocolError
 from app.protocol.errors import error_reply, render_error
 from app.protocol.http import Call, Reply, send_reply, to_response
 from app.protocol.leader import leader_redirect
-from app.raft.messages import Membership
+from app.raft.messages import MAX_NODE_ID, Membership, parse_node_id
 from app.security.policy import require_admin
 from app.service.engine import Engine
 from app.service.limits import Limits
@@ -40,8 +40,8 @@ CATCH_UP_SECONDS = 120.0  # how long an added learner may take to catch up befor
 
 
 class NewMember(BaseModel):
-    id: int = Field(ge=1)
-    url: str = Field(pattern=r"^https?://[^/?#\s]+$", description="the node's advertised base URL")
+    id: int = Field(ge=1, le=MAX_NODE_ID)
+    url: str = Field(pattern=r"^https?://[^/?#\s]+/?$", description="the node's advertised base URL")
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -293,14 +293,13 @@ async def _caught_up(node: RaftNode, peer: int) -> bool:
 async def remove_member(request: Request) -> Response:
     if (refused := await check_admin(request)) is not None:
         return refused
-    raw = request.path_params["node_id"]
-    if not raw.isdigit():
-        return _error(400, "bad_request", "the node id must be a positive integer")
+    peer = parse_node_id(request.path_params["node_id"])
+    if peer is None:
+        return _error(400, "bad_request", f"the node id must be an integer from 1 to {MAX_NODE_ID}")
     engine: Engine = request.app.state.engine
     node = engine.node
     if not node.is_leader:
         return await _not_leader(request)
-    peer = int(raw)
     current = engine.membership()
     if peer not in current.voters and peer not in current.learners:
         return _error(404, "member_not_found", f"node {peer} is not a member")

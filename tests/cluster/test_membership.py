@@ -120,5 +120,9 @@ def test_removing_the_leader_hands_over_and_the_rest_carry_on(cluster: RillClust
         auth = cluster.admin
         assert client.delete(target + "/9", headers=auth).status_code == 404
         assert client.post(target, json={"id": "x"}, headers=auth).status_code == 400
+        # Ids no node can have: Unicode digits, past a u64, thousands of digits (a 500 each, once).
+        for raw in ("%C2%B2", "1" * 5000, str(1 << 64), "0"):
+            assert client.delete(f"{target}/{raw}", headers=auth).status_code == 400, raw
+        assert client.post(target, json={"id": 1 << 64, "url": "http://127.0.0.1:9"}, headers=auth).status_code == 400
         for name in STREAMS:
             assert client.get(f"{cluster.nodes[new_leader].url}/v1/stream/{name}").content == _expected(30)

@@ -106,3 +106,15 @@ def test_a_reply_cannot_pass_as_a_request() -> None:
     reply_signature = sign(SECRET, 2, 1, REPLY_PATH, body)
     with pytest.raises(ProtocolError):
         Verifier(SECRET, 1).check(reply_signature, PATH)
+
+
+async def test_a_sender_whose_address_this_node_does_not_know_is_answered_on_the_response() -> None:
+    """A node joining with --peers that do not name the leader learns of it from the log alone:
+    until then the leader's requests are its only way to answer."""
+    async with _follower() as follower:
+        held = asyncio.ensure_future(follower.replies_for(7, [_append(src=7)]))
+        await asyncio.sleep(0)
+        await follower.send([_ack(dst=7)])
+        assert await held == [_ack(dst=7)]
+        await follower.send([_ack(dst=7)])  # nothing held, and nowhere to queue it: dropped
+        assert 7 not in follower._queues

@@ -182,3 +182,44 @@ def test_leadership_transfer_hands_over_without_losing_entries(seed: int) -> Non
     _settle(cluster)
     applied = [e.data for e in cluster.applied[leader.id] if e.data]
     assert applied == [b"before-%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_leadership_goes_to_a_voter_still_answering_not_one_that_stopped(seed: int) -> None:
+    """A rolling restart stops a follower, then the leader: the leader must not hand over to the
+    stopped one (as caught up as any), which would never campaign."""
+    cluster = Cluster(seed, size=5)
+    leader = _settle(cluster)
+    leader.propose(b"x")
+    _settle(cluster)
+    stopped = min(p for p in cluster.cores if p != leader.id)  # the lowest id: the old choice on a tie
+    cluster.cut = {stopped}
+    for _ in range(2):  # two heartbeats unanswered
+        cluster.step(drop=0.0)
+    target = leader.transfer_leadership()
+    assert target not in (0, stopped)
+    for _ in range(30):
+        cluster.step(drop=0.0)
+    new_leader = cluster.leader()
+    assert new_leader is not None and new_leader.id == target
+
+
+def test_no_transfer_is_started_when_no_voter_answers() -> None:
+    cluster = Cluster(1)
+    leader = _settle(cluster)
+    cluster.cut = {p for p in cluster.cores if p != leader.id}
+    for _ in range(leader.election_ticks + 1):
+        leader.tick()
+        drain(leader)
+    assert leader.transfer_leadership() == 0  # nobody would take over: shut down at once
+
+
+def test_a_transfer_to_a_voter_that_stops_answering_is_given_up_within_a_few_heartbeats() -> None:
+    cluster = Cluster(2)
+    leader = _settle(cluster)
+    target = leader.transfer_leadership()
+    cluster.cut = {target}  # stopped as the hand-over began: the TimeoutNow is lost
+    for _ in range(3 * leader.heartbeat_ticks + 2):
+        cluster.step(drop=0.0)
+    assert leader.transferee == 0 and leader.role is Role.LEADER  # well before an election timeout
+    assert leader.propose(b"again") is not None  # taking proposals again
