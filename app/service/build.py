@@ -154,6 +154,8 @@ def build_node(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
             secret,
             peer_tls,
             settings.peer_routes,
+            verifier=verifier,
+            deliver=lambda msg: raft.receive(msg),
             channels=settings.peer_channels,
         )  # fmt: skip
         if clustered

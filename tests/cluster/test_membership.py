@@ -88,6 +88,31 @@ def test_a_new_node_catches_up_from_a_snapshot_and_serves_identical_reads(cluste
             assert _stream_bytes(node.data_dir, name) == _expected(80)
 
 
+def test_a_node_joining_with_peers_that_do_not_name_the_leader_catches_up(cluster: RillCluster, tmp_path: Path) -> None:
+    """It knows no address to send the leader anything: it answers on the leader's own requests
+    (a channel it refuses falls back to those) until the log names the members."""
+    leader = cluster.wait_for_leader()
+    follower = next(i for i in cluster.nodes if i != leader)
+    with httpx.Client(follow_redirects=True, timeout=10) as client:
+        _create(client, cluster.nodes[leader].url)
+        _write(client, cluster.nodes[leader].url, range(10))
+        joiner = RillProcess(
+            tmp_path / "node-4",
+            free_port(),
+            *("--node-id", "4", "--peers", f"{follower}={cluster.nodes[follower].url}"),
+            *("--cluster-secret-file", str(cluster.secret_file), "--join"),
+            env=COMPACTING,
+        ).start()
+        cluster.nodes[4] = joiner
+        added = _cli("add", "--url", cluster.nodes[leader].url, "--node-id", "4", "--node-url", joiner.url)
+        assert added.returncode == 0, added.stdout + added.stderr
+        joined = cluster.health(4)
+        assert joined is not None and joined["voters"] == [1, 2, 3, 4]
+        cluster.wait_converged()
+        for name in STREAMS:
+            assert client.get(f"{joiner.url}/v1/stream/{name}?offset=-1").content == _expected(10)
+
+
 def test_removing_the_leader_hands_over_and_the_rest_carry_on(cluster: RillCluster) -> None:
     leader = cluster.wait_for_leader()
     with httpx.Client(follow_redirects=True, timeout=10) as client:
