@@ -303,6 +303,8 @@ async def remove_member(request: Request) -> Response:
     current = engine.membership()
     if peer not in current.voters and peer not in current.learners:
         return _error(404, "member_not_found", f"node {peer} is not a member")
+    if peer in current.voters and not set(current.voters) - {peer}:
+        return _error(409, "membership_conflict", f"node {peer} is the only voter: the cluster would have none")
     if peer == node.id:
         # A leader leaving hands over first; the client repeats the request on the new leader.
         if not await node.transfer_leadership():
