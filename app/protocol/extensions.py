@@ -52,4 +52,4 @@ async def _dispatch(engine: Engine, call: Call, ext: Extension) -> Reply:
         return await stream_snapshots.publish(engine, call, target, arg)
     if method == "DELETE":
         return await stream_snapshots.delete(engine, target, arg)
-    return await stream_snapshots.fetch(engine, target, arg, call.private)
+    return await stream_snapshots.fetch(engine, target, arg, call.private, call.headers.get("if-none-match"))

@@ -14,7 +14,7 @@ from app.domain.media import DEFAULT_CONTENT_TYPE
 from app.domain.offsets import format_offset, parse_position
 from app.protocol.bodies import read_body
 from app.protocol.http import Call, Reply
-from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, raise_for, refuse_early
+from app.protocol.responses import CACHE_PRIVATE, CACHE_PUBLIC, NO_STORE, etag_matches, raise_for, refuse_early
 from app.protocol.target import StreamTarget
 from app.runtime import blocking
 from app.service.engine import Engine
@@ -101,16 +101,20 @@ async def latest(engine: Engine, target: StreamTarget) -> Reply:
     return Reply(307, {"location": location, "cache-control": NO_STORE})
 
 
-async def fetch(engine: Engine, target: StreamTarget, token: str, private: bool = False) -> Reply:
+async def fetch(
+    engine: Engine, target: StreamTarget, token: str, private: bool = False, if_none_match: str | None = None
+) -> Reply:
     pos = parse_position(token)
     meta, snapshot = await _find_snapshot(engine, target, pos)
-    body = await blob(engine, snapshot)
     engine.renew(meta)  # a read of the stream's state: it renews a sliding TTL as reads do
-    headers = {**_headers(pos, snapshot.sha256, meta), "content-type": snapshot.content_type}
+    headers = _headers(pos, snapshot.sha256, meta)
     headers["etag"] = f'"{snapshot.sha256}"'
     # The snapshot at an offset does not change while it exists (another one there is a conflict).
     headers["cache-control"] = CACHE_PRIVATE if private else CACHE_PUBLIC
-    return Reply(200, headers, body)
+    if etag_matches(if_none_match, headers["etag"]):
+        return Reply(304, headers)  # the client has it: no fetch from the object store
+    headers["content-type"] = snapshot.content_type
+    return Reply(200, headers, await blob(engine, snapshot))
 
 
 async def _find_snapshot(engine: Engine, target: StreamTarget, pos: int) -> tuple[StreamMeta, PublishedSnapshot]:

@@ -65,10 +65,17 @@ def test_snapshot_publish_fetch_idempotent_and_conflict(client: httpx.Client, pa
     assert got.headers["stream-snapshot-digest"] == sha(blob)
     assert got.headers["stream-next-offset"] == o2
 
+    for tag in (got.headers["etag"], "W/" + got.headers["etag"], '"other", ' + got.headers["etag"]):
+        cached = client.get(f"{path}/snapshot/{o1}", headers={"if-none-match": tag})
+        assert cached.status_code == 304 and cached.content == b"", tag
+        assert cached.headers["etag"] == got.headers["etag"]
+    assert client.get(f"{path}/snapshot/{o1}", headers={"if-none-match": '"other"'}).content == blob
+
     head = client.head(f"{path}/snapshot/{o1}")
     assert head.status_code == 200
     assert head.content == b""
     assert head.headers["stream-snapshot-digest"] == sha(blob)
+    assert head.headers["content-length"] == str(len(blob))
 
     latest = client.get(f"{path}/snapshot")
     assert latest.status_code == 307
