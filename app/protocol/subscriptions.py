@@ -35,7 +35,7 @@ from app.service.engine import Engine
 from app.state_machine import records as r
 from app.state_machine import subscriptions as rules
 from app.state_machine.commands import Ack, Claim, Code, DeleteSubscription, LinkStreams, Outcome, PutSubscription
-from app.state_machine.glob import MAX_PATTERN_LENGTH, PatternRejected, validate_pattern
+from app.state_machine.glob import PatternRejected, validate_pattern
 from app.subscriptions.leases import acked_offset, token_digest
 from app.subscriptions.signing import JWKS_MEDIA_TYPE
 from app.subscriptions.urls import WebhookUrlRejected, check_webhook_url
@@ -67,7 +67,7 @@ class WebhookSpec(_Body):
 
 class SubscriptionBody(_Body):
     type: Literal["webhook", "pull-wake"]
-    pattern: str | None = Field(None, min_length=1, max_length=MAX_PATTERN_LENGTH)
+    pattern: str | None = None  # validate_pattern judges it (INVALID_PATTERN), empty and too long included
     streams: list[str] = Field(default_factory=list, max_length=1000)
     webhook: WebhookSpec | None = None
     wake_stream: str | None = Field(None, min_length=1, max_length=1024)
