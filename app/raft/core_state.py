@@ -21,6 +21,7 @@ class CoreState(Protocol):
     role: Role
     clock: int
     election_ticks: int
+    heartbeat_ticks: int
     commit_alone: bool
     transferee: int
     transfer_elapsed: int

@@ -31,10 +31,13 @@ def start_transfer(core: CoreState) -> int:
     candidates = [p for p in progress if p in core.tracker.voters]
     if core.role is not Role.LEADER or not candidates:
         return 0
-    freshest = max(progress[p].heard for p in candidates)
-    if core.clock - freshest > core.election_ticks:
+    silent = core.clock - max(progress[p].heard for p in candidates)
+    if silent > core.election_ticks:
         return 0  # no voter has answered for an election timeout: none would take over
-    candidates = [p for p in candidates if progress[p].heard == freshest]
+    # Voters answer every heartbeat: one silent for longer than a heartbeat (or than the freshest,
+    # if all are late) has most likely stopped.
+    window = max(core.heartbeat_ticks, silent)
+    candidates = [p for p in candidates if core.clock - progress[p].heard <= window]
     target = max(candidates, key=lambda peer: (progress[peer].match, -peer))
     core.transferee, core.transfer_elapsed = target, 0
     if progress[target].match == core.log.last_index():

@@ -7,6 +7,7 @@ them drives the Raft node or the state machine directly. Time comes from an inje
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -112,7 +113,7 @@ class Engine:
         self.cold = cold
         self.store = store
         # Keys being uploaded and not yet recorded: the deletion queue must leave them alone.
-        self.uploading: set[str] = set()
+        self.uploading: collections.Counter[str] = collections.Counter()  # keys being uploaded, and by how many
         self.hot_backlog_budget = hot_backlog_budget
         # Static configuration until a membership change is applied; then the replicated one.
         self.static_membership = Membership(dict(peers or {node.id: ""}))
@@ -188,11 +189,15 @@ class Engine:
 
     @contextlib.asynccontextmanager
     async def uploading_key(self, key: str) -> AsyncIterator[None]:
-        self.uploading.add(key)
+        """Keeps the collector off `key` meanwhile. Counted: two publishes of the same content share
+        a key, and the first to finish must not expose the other's object."""
+        self.uploading[key] += 1
         try:
             yield
         finally:
-            self.uploading.discard(key)
+            self.uploading[key] -= 1
+            if not self.uploading[key]:
+                del self.uploading[key]
 
     async def read(self, meta: StreamMeta, pos: int, whole_records: bool = False, max_bytes: int = 0) -> Chunk:
         """The chunk at `pos`, fetching segments that are only in the object store as the read reaches them."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,7 +28,7 @@ class Proposer(Protocol):
     """What the worker needs of its node: the applied state, a clock, and a way to propose."""
 
     machine: StateMachine
-    uploading: set[str]  # keys being uploaded by others (snapshot publishes): never collected
+    uploading: Container[str]  # keys being uploaded by others (snapshot publishes): never collected
 
     @property
     def is_leader(self) -> bool: ...

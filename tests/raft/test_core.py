@@ -223,3 +223,13 @@ def test_a_transfer_to_a_voter_that_stops_answering_is_given_up_within_a_few_hea
         cluster.step(drop=0.0)
     assert leader.transferee == 0 and leader.role is Role.LEADER  # well before an election timeout
     assert leader.propose(b"again") is not None  # taking proposals again
+
+
+def test_a_caught_up_voter_heard_a_tick_before_a_lagging_one_is_still_chosen() -> None:
+    cluster = Cluster(3)
+    leader = _settle(cluster)
+    caught_up, lagging = sorted(p for p in cluster.cores if p != leader.id)
+    progress = leader.tracker.progress
+    progress[lagging].match = 0  # as if it had fallen behind
+    progress[caught_up].heard, progress[lagging].heard = leader.clock - 1, leader.clock
+    assert leader.transfer_leadership() == caught_up

@@ -238,3 +238,15 @@ class Counting(dict[int, object]):
 
     def values(self):  # type: ignore[override]
         raise AssertionError("the sweep iterated over every stream")
+
+
+def test_a_key_two_publishes_upload_stays_protected_until_both_are_done() -> None:
+    async def scenario() -> None:
+        async with engine_on(FakeClock()) as engine:
+            async with engine.uploading_key("b/s/snapshots/k.bin"):
+                async with engine.uploading_key("b/s/snapshots/k.bin"):
+                    pass  # one publish of the content finished (or was refused)
+                assert "b/s/snapshots/k.bin" in engine.uploading  # the other still needs its object
+            assert "b/s/snapshots/k.bin" not in engine.uploading and not engine.uploading
+
+    asyncio.run(scenario())
