@@ -141,10 +141,11 @@ class RaftCore:
             self.start_election()
 
     def _transferee_silent(self) -> bool:
-        """The peer being handed over to answered none of the last three heartbeats: it has stopped
-        (a node going away just before this one), and would never campaign."""
+        """The peer being handed over to answered none of the heartbeats of half an election timeout
+        (three at least): it has stopped (a node going away just before this one), and would never
+        campaign. A live one answers each, and asks for votes as soon as it is told to."""
         target = self.tracker.progress.get(self.transferee)
-        window = 3 * self.heartbeat_ticks
+        window = max(3 * self.heartbeat_ticks, self.election_ticks // 2)
         return target is None or (self.transfer_elapsed > window and self.clock - target.heard > window)
 
     def start_election(self) -> None:
