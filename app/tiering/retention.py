@@ -122,7 +122,8 @@ def _first_newer(machine: StateMachine, meta: StreamMeta, cutoff: int) -> int:
             pos = segment.hi
         if pos >= hi:
             continue
-        for key, value in machine.kv.scan_heads(r.DATA, r.data_key(sid, pos), r.data_key(sid, hi), r.RECORD_HEADER_SIZE):
+        records = machine.kv.scan_heads(r.DATA, r.data_key(sid, pos), r.data_key(sid, hi), r.RECORD_HEADER_SIZE)
+        for key, value in records:
             if r.record_time(value) >= cutoff or scanned >= MAX_SCAN:
                 return r.data_pos(key)
             scanned += 1
