@@ -28,7 +28,11 @@ class Proposer(Protocol):
     """What the worker needs of its node: the applied state, a clock, and a way to propose."""
 
     machine: StateMachine
-    uploading: Container[str]  # keys being uploaded by others (snapshot publishes): never collected
+
+    @property
+    def uploading(self) -> Container[str]:
+        """Keys being uploaded by others (snapshot publishes): never collected."""
+        ...
 
     @property
     def is_leader(self) -> bool: ...
