@@ -9,7 +9,7 @@ from app.state_machine.expiry import existing, present
 from app.state_machine.outcomes import history_outcome
 from app.state_machine.reader import is_boundary
 from app.state_machine.removal import trim
-from app.state_machine.snapshots import index_snapshot, snapshot_at
+from app.state_machine.snapshots import snapshot_at, snapshot_keys
 from app.state_machine.table import StreamTable, kept
 
 
@@ -26,14 +26,14 @@ def publish_snapshot(table: StreamTable, cmd: PublishSnapshot, now: int) -> Outc
     meta = existing(table, cmd.bucket, cmd.stream, now, cmd.touched)
     answer = meta if isinstance(meta, Outcome) else _publish_answer(table, meta, cmd)
     if answer is not None:
-        named = not isinstance(meta, Outcome) and cmd.key in table.snapshot_objects.get(meta.sid, {})
+        named = not isinstance(meta, Outcome) and cmd.key in snapshot_keys(table, meta.sid)
         if cmd.key is not None and answer.code is not Code.EXISTS and not named:
             enqueue_object(table, cmd.key)  # uploaded before the refusal: nothing else would delete it
         return answer
     assert not isinstance(meta, Outcome)
     snapshot = r.PublishedSnapshot(cmd.content_type, cmd.sha256, cmd.size, now, cmd.inline, cmd.key)
     table.stage(r.STREAM_SNAPSHOTS, r.data_key(meta.sid, cmd.pos), r.encode(snapshot))
-    index_snapshot(table, meta, snapshot, 1)
+    table.index_snapshot(meta.sid, meta.bucket, snapshot, 1)
     if cmd.key is not None:
         dequeue_object(table, cmd.key)  # the same content may have been queued
     if meta.latest_snapshot is None or cmd.pos > meta.latest_snapshot:
@@ -83,7 +83,7 @@ def delete_snapshot(table: StreamTable, cmd: DeleteSnapshot, now: int) -> Outcom
     if isinstance(found, Outcome):
         return found
     table.unstage(r.STREAM_SNAPSHOTS, r.data_key(meta.sid, cmd.pos))
-    if index_snapshot(table, meta, found, -1):
+    if table.index_snapshot(meta.sid, meta.bucket, found, -1):
         assert found.key is not None
         enqueue_object(table, found.key)
     return history_outcome(Code.DELETED, meta)

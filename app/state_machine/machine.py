@@ -11,7 +11,7 @@ of its concept, and the queries in `reader`.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from app.raft.messages import MEMBERSHIP, Entry, Membership
@@ -305,6 +305,6 @@ class StateMachine:
         start = key.encode() + b"\0"
         return (r.packed_slice(k) for k, _ in self.kv.scan(r.PACKED, start, start[:-1] + b"\1"))
 
-    def snapshot_keys(self, sid: int) -> set[str]:
+    def snapshot_keys(self, sid: int) -> Collection[str]:
         """Object keys the stream's published snapshots name (the tiering worker keeps those objects)."""
         return snapshots.snapshot_keys(self.table, sid)

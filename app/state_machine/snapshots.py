@@ -8,6 +8,8 @@ no rule scans a stream's snapshots (inline ones are up to 256 KiB each).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from app.state_machine import records as r
 from app.state_machine.cold_tier import enqueue_object
 from app.state_machine.table import StreamTable
@@ -18,25 +20,15 @@ def snapshot_at(table: StreamTable, sid: int, pos: int) -> r.PublishedSnapshot |
     return None if raw is None else r.decode_snapshot(raw)
 
 
-def index_snapshot(table: StreamTable, meta: r.StreamMeta, snapshot: r.PublishedSnapshot, sign: int) -> bool:
-    """Counts a snapshot published (1) or deleted (-1) in the table's index; True when that was the
-    last snapshot of the stream to name its object, which may then go."""
-    table.count_snapshot(meta.bucket, sign * snapshot.size)
-    return table.index_snapshot(meta.sid, snapshot, sign)
-
-
-def snapshot_keys(table: StreamTable, sid: int) -> set[str]:
+def snapshot_keys(table: StreamTable, sid: int) -> Collection[str]:
     """Object keys of the stream's snapshots."""
-    return set(table.snapshot_objects.get(sid, ()))
+    return table.snapshot_objects.get(sid, {}).keys()
 
 
 def drop_snapshots(table: StreamTable, sid: int) -> None:
     """A hard-deleted stream's snapshots, and their objects."""
-    keys = table.snapshot_objects.pop(sid, {})
-    size = table.snapshot_sizes.pop(sid, 0)
     owner = table.streams.get(sid)
-    if owner is not None and size:
-        table.count_snapshot(owner.bucket, -size)
+    keys = table.forget_snapshots(sid, owner.bucket if owner is not None else None)
     table.batch.delete_range(r.STREAM_SNAPSHOTS, r.sid_key(sid), r.sid_key(sid + 1))
-    for key in sorted(keys):
+    for key in keys:
         enqueue_object(table, key)

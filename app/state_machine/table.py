@@ -72,10 +72,8 @@ class StreamTable:
         self.snapshot_sizes: dict[int, int] = {}
         for key, value in kv.scan(r.STREAM_SNAPSHOTS, b""):
             sid, snapshot = r.U64.unpack_from(key)[0], r.decode_snapshot(value)
-            self.index_snapshot(sid, snapshot, 1)
             owner = self.streams.get(sid)
-            if owner is not None:
-                self.count_snapshot(owner.bucket, snapshot.size)
+            self.index_snapshot(sid, owner.bucket if owner is not None else None, snapshot, 1)
         # Objects queued for deletion, kept as the queue changes (metrics must not count it per scrape).
         self.queued_objects = sum(1 for _ in kv.scan(r.GC_QUEUE, b""))
         # Streams the batch in progress created: not yet in the store's name index.
@@ -179,8 +177,11 @@ class StreamTable:
         if not usage[0]:
             del self.usage[bucket]
 
-    def index_snapshot(self, sid: int, snapshot: r.PublishedSnapshot, sign: int) -> bool:
-        """See snapshots.index_snapshot; True when no snapshot of `sid` names its object any more."""
+    def index_snapshot(self, sid: int, bucket: str | None, snapshot: r.PublishedSnapshot, sign: int) -> bool:
+        """Counts a snapshot of stream `sid` published (1) or deleted (-1), in its bucket's bytes too;
+        True when that was the last snapshot of the stream to name its object, which may then go."""
+        if bucket is not None:
+            self.count_snapshot(bucket, sign * snapshot.size)
         size = self.snapshot_sizes.get(sid, 0) + sign * snapshot.size
         if size:
             self.snapshot_sizes[sid] = size
@@ -197,6 +198,13 @@ class StreamTable:
         if not objects:
             del self.snapshot_objects[sid]
         return True
+
+    def forget_snapshots(self, sid: int, bucket: str | None) -> list[str]:
+        """Takes a removed stream's snapshots out of the counts; the object keys they named."""
+        size = self.snapshot_sizes.pop(sid, 0)
+        if bucket is not None and size:
+            self.count_snapshot(bucket, -size)
+        return sorted(self.snapshot_objects.pop(sid, {}))
 
     def count_snapshot(self, bucket: str, size: int) -> None:
         total = self.snapshot_bytes.get(bucket, 0) + size
