@@ -116,7 +116,8 @@ async def run_fanout(run: Run, opts: FanoutOptions) -> dict[str, Any]:
     subs = [Subscriber() for _ in range(opts.subscribers)]
     done = asyncio.Event()
     readers = [asyncio.create_task(_subscribe(url, sub, done)) for sub in subs]
-    await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in subs)), READY_TIMEOUT)
+    async with asyncio.timeout(READY_TIMEOUT):
+        await asyncio.gather(*(s.ready.wait() for s in subs))
     loop = asyncio.get_running_loop()
     start = loop.time()
     cpu_start = client_cpu()
@@ -170,12 +171,14 @@ async def _node_fanout(run: Run, url: str, opts: FanoutOptions) -> dict[str, Any
 
     async def line(timeout: float, what: str) -> bytes:
         try:
-            got = await asyncio.wait_for(stdout.readline(), timeout)
+            async with asyncio.timeout(timeout):
+                got = await stdout.readline()
         except TimeoutError:
             got = b""
         if not got.strip():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(stderr_task), 1)  # let a dying client's last words arrive
+                async with asyncio.timeout(1):  # let a dying client's last words arrive
+                    await asyncio.shield(stderr_task)
             raise RuntimeError(
                 f"fanout client: no {what} in {timeout:.0f} s; stderr: {errors.decode(errors='replace')}"
             )

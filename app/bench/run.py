@@ -34,4 +34,5 @@ class Run:
             while not self.stopped() and not all(t.done() for t in tasks):
                 bar.update(task, completed=min(loop.time() - start, seconds))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), 0.2)
+                    async with asyncio.timeout(0.2):
+                        await self._stop.wait()

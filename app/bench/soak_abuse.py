@@ -138,7 +138,8 @@ async def _raw(t: Traffic, kind: str, request: bytes, read_some: int | None, lin
     """Sends raw bytes. read_some=None: read the answer to the end; 0: read nothing, linger, and
     abandon; N: read the head and N bytes of the body, then reset the connection."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(t.host, t.port), 5)
+        async with asyncio.timeout(5):
+            reader, writer = await asyncio.open_connection(t.host, t.port)
     except (OSError, TimeoutError) as exc:
         t.tally.error(kind, exc)
         return

@@ -93,6 +93,8 @@ def _client_options(token: str, ca: Path | None) -> dict[str, Any]:
 # A learner that cannot catch up (unreachable, or far too slow) answers 503 after each 120 s wait: the
 # command gives up after this long, leaving the learner for `rill cluster remove` or a later `add`.
 CHANGE_WAIT_SECONDS = 600.0
+# A node's own stop is bounded by about 10 s: 5 for open requests, 3 for a hand-over, then closing.
+STOP_SECONDS = 30.0
 
 
 def change(args: argparse.Namespace, client: dict[str, Any]) -> None:
@@ -172,10 +174,26 @@ def up(args: argparse.Namespace) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(15)
+        stop_nodes(processes)
+
+
+def stop_nodes(processes: list[subprocess.Popen[bytes]], seconds: float = STOP_SECONDS) -> None:
+    """Stops every node, killing any still running after `seconds` (a stuck node must not outlive
+    this command); SystemExit naming those it killed."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + seconds
+    killed = []
+    for n, process in enumerate(processes, start=1):
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            killed.append(str(n))
+    if killed:
+        which = f"node {killed[0]} was" if len(killed) == 1 else f"nodes {', '.join(killed)} were"
+        raise SystemExit(f"{which} killed: still running {seconds:.0f} s after being told to stop")
 
 
 def _wait_for_leader(urls: list[str], timeout: float = 30, client: dict[str, Any] | None = None) -> None:

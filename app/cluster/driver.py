@@ -231,14 +231,16 @@ class RaftNode:
             fut = self._reads.request(loop)
             self._wake.set()
             try:
-                index = await asyncio.wait_for(fut, max(0.0, min(retry, deadline - loop.time())))
+                async with asyncio.timeout(max(0.0, min(retry, deadline - loop.time()))):
+                    index = await fut
                 break
             except TimeoutError:
                 if loop.time() >= deadline:
                     raise
                 retry *= 2
         if self.core.applied < index:
-            await asyncio.wait_for(self._reads.until_applied(loop, index), max(0.0, deadline - loop.time()))
+            async with asyncio.timeout_at(deadline):
+                await self._reads.until_applied(loop, index)
 
     def note_refused(self, peer: int, reason: str) -> None:
         """Counts a refused peer message (app/raft/validate.py), and logs it at most every 10 s per peer

@@ -67,15 +67,15 @@ class Outbound:
         port = parts.port or (443 if https else 80)
         host = parts.hostname or "127.0.0.1"
         hello = ch.hello(src, dst)
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=tls if https else None, limit=HEAD_CAP), timeout
-        )
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port, ssl=tls if https else None, limit=HEAD_CAP)
         try:
             writer.write(
                 f"GET {path} HTTP/1.1\r\nhost: {parts.netloc}\r\nconnection: Upgrade\r\nupgrade: {ch.PROTOCOL}\r\n"
                 f"{ch.HEADER}: {ch.hello_header(hello)}\r\ncontent-length: 0\r\n\r\n".encode()
             )
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+            async with asyncio.timeout(timeout):
+                head = await reader.readuntil(b"\r\n\r\n")
             status, headers = _parse_head(head)
             if status != 101 or headers.get("upgrade", "").lower() != ch.PROTOCOL:
                 raise Refused(f"the peer answered {status} to the channel's Upgrade")
@@ -109,7 +109,8 @@ class Outbound:
         self._writer.writelines(pieces)
 
     async def drain(self, timeout: float) -> None:
-        await asyncio.wait_for(self._writer.drain(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._writer.drain()
 
     def close(self) -> None:
         """Drops the connection with whatever it has not sent yet: frames the dialer gave up on must

@@ -68,7 +68,8 @@ class RemoteJWKS:
         try:
             # Shielded: a client that goes away leaves the fetch to the others waiting for it. Bounded here
             # too, as httpx's timeouts cover neither name resolution nor a server that drips its bytes.
-            await asyncio.wait_for(asyncio.shield(self._fetching), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await asyncio.shield(self._fetching)
         except TimeoutError:
             if key is not None:
                 return key  # the last good keys stay in use while the endpoint is failing

@@ -23,7 +23,8 @@ class Signals:
         waiters.add(fut)
         try:
             if gone is None:
-                await asyncio.wait_for(fut, timeout)
+                async with asyncio.timeout(timeout):
+                    await fut
                 return True
             await asyncio.wait((fut, gone), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             return fut.done()

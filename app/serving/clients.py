@@ -81,7 +81,8 @@ class ClientSlots:
             changed.clear()
             resolved = await self.exempt_peers(peers())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), RESOLVE_SECONDS if resolved else RETRY_SECONDS)
+                async with asyncio.timeout(RESOLVE_SECONDS if resolved else RETRY_SECONDS):
+                    await changed.wait()
 
     def peers_changed(self) -> None:
         if self._changed is not None:

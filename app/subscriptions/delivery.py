@@ -146,7 +146,8 @@ class Deliveries:
         if self._timers and self._leading:
             timeout = min(timeout, max(0.0, (self._timers[0][0] - self.node.now_ms()) / 1000))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._poked.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._poked.wait()
         self._poked.clear()
 
     def _step_down(self) -> None:
@@ -228,7 +229,8 @@ class Deliveries:
         try:  # one subscription's trouble must not hold up the others
             if refused is None:
                 wake = Wake(sub.bucket, sub.root, sub.id, sub.generation)
-                refused = await asyncio.wait_for(self.node.submit(wake), TIMEOUT_SECONDS)
+                async with asyncio.timeout(TIMEOUT_SECONDS):
+                    refused = await self.node.submit(wake)
             error = None if refused.code is Code.OK else f"{refused.code.value}: {refused.message}"
         except (ProtocolError, TimeoutError) as exc:
             error = getattr(exc, "message", "timed out")
@@ -258,7 +260,8 @@ class Deliveries:
         try:
             # Bounded: a proposal whose outcome never comes (its entry went into a checkpoint this
             # node installed) must not keep the subscription from its next delivery.
-            await asyncio.wait_for(self._deliver(key, sub), 3 * TIMEOUT_SECONDS)
+            async with asyncio.timeout(3 * TIMEOUT_SECONDS):
+                await self._deliver(key, sub)
             self._dirty.add(key)  # data may have come while it was in flight
             self.poke()
         except (ProtocolError, TimeoutError) as exc:  # leadership moved, or no quorum: try again in a while

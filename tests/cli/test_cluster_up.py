@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+from app.cli.cluster import stop_nodes
 
 
 def _free_run(count: int) -> int:
@@ -103,3 +106,16 @@ def test_cluster_up_serves_and_stops_all_nodes_on_sigterm(tmp_path: Path) -> Non
     finally:
         if up.poll() is None:
             up.kill()
+
+
+def test_a_node_that_does_not_stop_is_killed_and_named() -> None:
+    """A node stuck in its shutdown once outlived `cluster up`, which ended with a traceback."""
+    stuck = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+    nodes = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        for code in ("import time; time.sleep(60)", stuck)
+    ]
+    assert nodes[1].stdout is not None and nodes[1].stdout.readline() == b"\n"  # its handler is in place
+    with pytest.raises(SystemExit, match="node 2 was killed: still running 1 s after"):
+        stop_nodes(nodes, seconds=1)
+    assert nodes[0].returncode == -signal.SIGTERM and nodes[1].returncode == -signal.SIGKILL

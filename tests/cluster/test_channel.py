@@ -308,3 +308,40 @@ def test_a_peer_whose_proof_keeps_failing_is_not_redialed_for_every_batch(monkey
         await transport.close()
 
     asyncio.run(run())
+
+
+def test_a_sender_stopped_as_its_dial_completes_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transport's close came just as a peer's sender finished dialing; `asyncio.wait_for` (Python
+    3.11) then returned the connection and dropped the cancellation, the sender went back to waiting
+    for messages, and close waited for it for good: a node's shutdown hung (`rill cluster up` failed
+    its stop in CI). The close is made to land at that moment here."""
+
+    async def run() -> None:
+        async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport = Transport(1, {2: f"http://127.0.0.1:{port}"}, SECRET, channels=True)
+        dial = asyncio.open_connection
+        closing: list[asyncio.Future[None]] = []
+
+        async def dial_then_close(*args: object, **kwargs: object) -> object:
+            connection = await dial(*args, **kwargs)  # type: ignore[arg-type]
+            closing.append(asyncio.ensure_future(transport.close()))  # its cancel runs before the dial's result
+            return connection
+
+        monkeypatch.setattr(asyncio, "open_connection", dial_then_close)
+        transport.start()
+        await transport.send([RequestVote(term=1, src=1, dst=2, last_index=0, last_term=0)])
+        while not closing:
+            await asyncio.sleep(0.01)
+        done, _ = await asyncio.wait(closing, timeout=5)
+        assert done, "the transport's close waits for a sender that was told to stop"
+        assert transport._tasks[2].cancelled()
+        server.close()
+
+    asyncio.run(run())

@@ -286,7 +286,8 @@ class Link:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 0.5)
+                async with asyncio.timeout(0.5):
+                    await self._server.wait_closed()
 
     def stats(self) -> dict[str, Any]:
         f = self.fault
