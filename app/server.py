@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from app.routes import cluster as cluster_routes
 from app.routes.cors import Cors
 from app.routes.forward import Forwarder
 from app.security.authenticator import Authenticator
+from app.security.jwt_tokens import is_loopback
 from app.service.build import Node, OpenKV, build_node, own_origins
 from app.service.clock import wall_clock_ms
 from app.serving.clients import ClientSlots
@@ -49,7 +49,7 @@ def create_app(
     `open_kv` and `clients` are build_node's (a test's stores; the HTTP edge's per-address count);
     `requests`, the counts the edge adds what it refuses itself to."""
     auth = Authenticator(settings.auth, wall_clock_ms)
-    if not auth.enabled and not _loopback(settings.host):
+    if not auth.enabled and not is_loopback(settings.host):
         log.warning(
             "AUTH IS OFF on %s: anyone who can reach this address can create, change and delete every "
             'bucket and stream. Set auth = "on" with tokens (see README: Running it securely).',
@@ -142,10 +142,3 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     return _error(500, "internal_error", "internal server error")
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

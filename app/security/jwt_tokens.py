@@ -8,11 +8,13 @@ are fetched as `jwks.RemoteJWKS` says.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import jwt
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.security.jwks import RemoteJWKS, UnknownKid
 from app.security.scopes import Principal, known_scopes, parse_scopes
@@ -32,11 +34,29 @@ class JWTConfig(BaseModel):
     leeway_seconds: int = Field(30, ge=0, le=300, description="clock skew allowed on exp and nbf")
     require_typ: bool = Field(True, description='the header must say typ "at+jwt", as RFC 9068 asks')
 
+    @field_validator("jwks_url")
+    @classmethod
+    def _https(cls, url: str | None) -> str | None:
+        # Whoever can change the keys on the way can sign any token: plain HTTP only to this machine.
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback(parts.hostname or "")):
+                raise ValueError("jwks_url must be https:// (http:// only to a loopback address)")
+        return url
+
     @model_validator(mode="after")
     def _one_source(self) -> JWTConfig:
         if (self.jwks_file is None) == (self.jwks_url is None):
             raise ValueError("[auth.jwt] needs exactly one of jwks_file or jwks_url")
         return self
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or `localhost`) is this machine."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class InvalidToken(Exception):

@@ -415,3 +415,21 @@ async def test_the_challenge_stays_a_valid_header_whatever_the_kid(
     assert re.fullmatch(r"[\x20\x21\x23-\x5b\x5d-\x7e]+", description), description
     assert "unable to find a signing key" in description.lower()
     assert kid in info.value.message  # the JSON body keeps the message as it was
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://login.example.com/jwks", "http://10.0.0.5/jwks", "ftp://127.0.0.1/jwks", "file:///etc/jwks.json", "jwks"],
+)
+def test_a_jwks_url_others_could_change_on_the_way_is_refused(url: str) -> None:
+    """Keys fetched over plain HTTP from another machine can be replaced on the way, and the replacer
+    can then sign any token: only https://, or http:// to this machine."""
+    with pytest.raises(pydantic.ValidationError, match="jwks_url must be https://"):
+        JWTConfig(issuer=ISSUER, audience=AUDIENCE, jwks_url=url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://login.example.com/jwks", "http://127.0.0.1:8080/jwks", "http://[::1]/jwks", "http://localhost/j"]
+)
+def test_a_jwks_url_over_https_or_to_this_machine_is_taken(url: str) -> None:
+    assert JWTConfig(issuer=ISSUER, audience=AUDIENCE, jwks_url=url).jwks_url == url
