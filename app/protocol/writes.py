@@ -21,7 +21,7 @@ from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
 from app.state_machine import streams as rules
-from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
+from app.state_machine.commands import FORK_EARLIEST, Append, Code, CreateStream, DeleteStream
 from app.state_machine.reader import MAX_JSON_SUB_OFFSET
 from app.tiering.keys import check_storable
 
@@ -36,7 +36,9 @@ async def _evicted_record(engine: Engine, target: StreamTarget, source: str | No
     meta = engine.lookup(target.bucket, source) if source is not None else None
     if meta is None:
         return None
-    return await engine.evicted_record(meta, meta.tail if pos is None else pos)
+    if pos is None or pos == FORK_EARLIEST:
+        pos = meta.tail if pos is None else meta.earliest
+    return await engine.evicted_record(meta, pos)
 
 
 async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
@@ -56,7 +58,7 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     fork_name = target.resolve(fork_from) if fork_from is not None else None
     fork_offset = None
     if fork_offset_raw is not None and fork_offset_raw != "now":
-        fork_offset = 0 if fork_offset_raw == "-1" else parse_position(fork_offset_raw)
+        fork_offset = FORK_EARLIEST if fork_offset_raw == "-1" else parse_position(fork_offset_raw)
     content_type = h.get("content-type")
     _require_bucket(engine, target)
     check_storable(engine.store, target.bucket, target.name)

@@ -109,6 +109,28 @@ def test_fork_before_the_source_earliest_is_400(client: httpx.Client, bucket: st
     assert ok.headers["stream-next-offset"] == o2
 
 
+def test_fork_at_minus_one_of_a_trimmed_source_starts_at_its_earliest(
+    client: httpx.Client, bucket: str, path: str
+) -> None:
+    """-1 is where a read of -1 starts: what the source still has (it was offset 0, refused as gone)."""
+    _, o1, o2 = create(client, path, b"aa", b"bb")
+    assert client.put(f"{path}/retention/{o1}").status_code == 204
+    fork = f"/ds/{bucket}/f-{uid()}"
+    made = client.put(fork, headers={"stream-forked-from": path, "stream-fork-offset": "-1"})
+    assert made.status_code == 201, made.text
+    assert made.headers["stream-next-offset"] == o1
+    assert client.post(fork, content=b"cc", headers=TEXT).status_code in (200, 204)
+    assert read(client, fork).content == b"cc"
+    assert client.head(fork).headers["stream-earliest-offset"] == o1
+    sub = f"/ds/{bucket}/f-{uid()}"  # and a sub-offset into the earliest record
+    made = client.put(
+        sub, headers={"stream-forked-from": path, "stream-fork-offset": "-1", "stream-fork-sub-offset": "1"}
+    )
+    assert made.status_code == 201, made.text
+    assert read(client, sub).content == b"b"
+    assert read(client, path).content == b"bb"  # the source is as it was
+
+
 def test_fork_of_a_trimmed_source_reports_its_history_as_gone(client: httpx.Client, bucket: str, path: str) -> None:
     _, o1, o2 = create(client, path, b"aaa", b"bbb")
     assert client.put(f"{path}/retention/{o1}").status_code == 204
