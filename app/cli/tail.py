@@ -45,7 +45,13 @@ def add_parser(sub: Subparsers, common: Callable[[argparse.ArgumentParser], None
     tail.add_argument("url", help=URL_HELP)
     mode = tail.add_mutually_exclusive_group()
     mode.add_argument("--sse", dest="mode", action="store_const", const="sse", help="Server-Sent Events (default)")
-    mode.add_argument("--long-poll", dest="mode", action="store_const", const="long-poll", help="long-polls")
+    mode.add_argument(
+        "--long-poll",
+        dest="mode",
+        action="store_const",
+        const="long-poll",
+        help="long-polls (every byte as stored: over SSE a text stream's CR and CRLF arrive as LF)",
+    )
     tail.add_argument("--from", dest="offset", default="now", help="now (default: what comes next), -1, or an offset")
     tail.set_defaults(run=run, mode="sse")
     common(tail)
