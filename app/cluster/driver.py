@@ -165,7 +165,10 @@ class RaftNode:
         if single:
             # Replay the log up to the new term's no-op before serving.
             target = self.core.log.last_index()
+            driver = self._tasks[0]
             while self.core.applied < target and not self._full:  # out of space: serve reads meanwhile
+                if driver.done():  # it failed replaying: the startup fails with it, not waits for good
+                    raise driver.exception() or RuntimeError("the Raft driver stopped during replay")
                 await asyncio.sleep(0.001)
 
     async def transfer_leadership(self, timeout: float = 3.0) -> bool:
@@ -184,7 +187,7 @@ class RaftNode:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._proposals.fail(ProposalDropped)
         for *_, install in self._installs:
-            install.set_result(False)
+            _settle(install, False)
         self._persister.shutdown(wait=True)
         try:
             self.machine.make_durable()
@@ -354,13 +357,13 @@ class RaftNode:
             return False
         term, leader, index, index_term, fut = self._installs.pop(0)
         if self.checkpoints is None or not self.core.can_install_checkpoint(term, index):
-            fut.set_result(False)
+            _settle(fut, False)
             return True
         try:
             self.checkpoints.install()
             self.log_store.restore(index, index_term)
         except BaseException:
-            fut.set_result(False)  # its sender hears it was not installed; this driver stops or starts over
+            _settle(fut, False)  # its sender hears it was not installed; this driver stops or starts over
             raise
         membership = self.machine.membership or Membership(dict.fromkeys(self.core.voters, ""))
         self.core.install_checkpoint(term, leader, index, index_term, membership)
@@ -370,7 +373,7 @@ class RaftNode:
         self._membership_changed()
         self.checkpoint_installs += 1
         log.info("installed a checkpoint at index %s from node %s", index, leader)
-        fut.set_result(True)
+        _settle(fut, True)
         return True
 
     def _send_checkpoint(self, peer: int) -> None:
@@ -513,3 +516,9 @@ class RaftNode:
 
 def _disk_full() -> Exception:
     return insufficient_storage("the node is out of disk space: this write was not acknowledged; retry later")
+
+
+def _settle(fut: asyncio.Future[bool], installed: bool) -> None:
+    """Answers a checkpoint's sender, unless its request was cancelled meanwhile (the server stopping)."""
+    if not fut.done():
+        fut.set_result(installed)

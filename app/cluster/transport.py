@@ -28,7 +28,6 @@ follower's sync lets the next batch grow meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -454,8 +453,7 @@ class Transport:
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)  # their cancellations, not one aimed at the caller
 
 
 @dataclass
