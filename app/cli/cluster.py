@@ -93,7 +93,8 @@ def _client_options(token: str, ca: Path | None) -> dict[str, Any]:
 # A learner that cannot catch up (unreachable, or far too slow) answers 503 after each 120 s wait: the
 # command gives up after this long, leaving the learner for `rill cluster remove` or a later `add`.
 CHANGE_WAIT_SECONDS = 600.0
-# A node's own stop is bounded by about 10 s: 5 for open requests, 3 for a hand-over, then closing.
+# A node's own stop is bounded by about 20 s: 5 for open requests, 3 for a hand-over, 5 each for its
+# tasks and its blocking calls to end (app/service/build.py), then closing.
 STOP_SECONDS = 30.0
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, TypeVar, TypeVarTuple
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Literal, TypeVar, TypeVarTuple
 
 Kind = Literal["tiering", "cold", "jwks", "webhook_dns", "checkpoints", "snapshots", "backups"]
 
@@ -31,6 +31,7 @@ Ts = TypeVarTuple("Ts")
 _lock = threading.Lock()
 _pools: dict[Kind, ThreadPoolExecutor] = {}
 _servers = 0  # started and not yet shut down: in-process tests run several nodes at once
+_calls: set[Future[Any]] = set()  # submitted and not finished: a stopping node waits for them
 
 
 def pool(kind: Kind) -> ThreadPoolExecutor:
@@ -44,7 +45,20 @@ def pool(kind: Kind) -> ThreadPoolExecutor:
 
 async def run(kind: Kind, fn: Callable[[*Ts], T], *args: *Ts) -> T:
     """`fn(*args)` on the kind's pool. Cancelling the caller drops the call if it has not started yet."""
-    return await asyncio.get_running_loop().run_in_executor(pool(kind), fn, *args)
+    call = pool(kind).submit(fn, *args)
+    _calls.add(call)
+    call.add_done_callback(_calls.discard)
+    return await asyncio.wrap_future(call)
+
+
+async def settle(timeout: float) -> bool:
+    """Waits up to `timeout` seconds for the calls running now (a node closes its stores only after
+    the threads reading them are done); whether they all finished."""
+    running = [asyncio.wrap_future(call) for call in list(_calls) if not call.done()]
+    if not running:
+        return True
+    _, pending = await asyncio.wait(running, timeout=timeout)
+    return not pending
 
 
 def start() -> None:

@@ -53,6 +53,7 @@ from app.tiering.worker import TieringConfig, TieringWorker
 log = logging.getLogger("rill.server")
 
 OpenKV = Callable[[Path, list[str]], KV]
+STOP_WAIT_SECONDS = 5.0  # for each of: the background tasks to end, the blocking calls to finish
 
 
 @dataclass
@@ -99,12 +100,17 @@ class Node:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self._tasks:  # bounded: a task that ignored its cancellation must not hold the stop for good
+            await asyncio.wait(self._tasks, timeout=STOP_WAIT_SECONDS)
         if self.transport is not None and await self.raft.transfer_leadership():
             log.info("handed leadership over before shutting down")
         await self.raft.stop()
         await self.checkpoints.close()
         if self.transport is not None:
             await self.transport.close()
+        # A thread still reading a store (a segment build, a backup) would keep it open, and locked.
+        if not await blocking.settle(STOP_WAIT_SECONDS):
+            log.warning("closing the stores with blocking calls still running after %.0f s", STOP_WAIT_SECONDS)
         self.machine.kv.close()
         self.raft_kv.close()
 

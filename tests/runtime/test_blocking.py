@@ -75,3 +75,22 @@ async def test_the_pools_stay_up_until_the_last_server_stops() -> None:
     finally:
         blocking.shutdown()
     assert blocking.pool("snapshots") is not first
+
+
+async def test_settle_waits_for_running_calls_whose_callers_were_cancelled(release: threading.Event) -> None:
+    """A stopping node cancels its tasks, but a thread already reading a store runs on: closing the
+    store then left it open (and its directory locked) behind the thread. `settle` waits for it."""
+    finished = threading.Event()
+
+    def read_store() -> None:
+        release.wait()
+        finished.set()
+
+    caller = asyncio.ensure_future(blocking.run("tiering", read_store))
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    assert not await blocking.settle(0.1)  # bounded: still running
+    threading.Timer(0.2, release.set).start()
+    assert await blocking.settle(5)
+    assert finished.is_set()
+    assert await blocking.settle(0)  # nothing left
