@@ -193,13 +193,14 @@ class EdgeProtocol(asyncio.Protocol):
             self.flow.resume_writing()
 
     def shutdown(self) -> None:
-        """uvicorn's graceful shutdown: an idle connection closes now, a busy one after its response."""
+        """uvicorn's graceful shutdown: an idle connection closes now, a busy one after its response
+        (a live read's ends now: it is told its client left)."""
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
             if self.transport is not None:
                 self.transport.close()
         else:
-            cycle.keep_alive = False
+            cycle.stop()
 
     def data_received(self, data: bytes) -> None:
         if self._done or self._upgraded:

@@ -46,7 +46,7 @@ def _nothing() -> None:
 class Cycle:
     __slots__ = (
         "scope", "transport", "flow", "default_headers", "access_log", "on_response",
-        "disconnected", "keep_alive", "waiting_for_100_continue",
+        "disconnected", "stopping", "keep_alive", "waiting_for_100_continue",
         "_parts", "_size", "more_body", "_pending", "_waiter",
         "response_started", "response_complete", "chunked_encoding", "until_close", "expected_content_length",
         "_head", "status",
@@ -70,6 +70,7 @@ class Cycle:
         self.access_log = access_log
         self.on_response = on_response
         self.disconnected = False
+        self.stopping = False  # the server is shutting down: a live read ends as if its client had left
         self.keep_alive = keep_alive
         self.waiting_for_100_continue = expect_100_continue
         # The request body: pieces not yet received by the app, and whether more will come.
@@ -110,11 +111,21 @@ class Cycle:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def stop(self) -> None:
+        """The server is shutting down: once the request's body is in, `receive` reports a disconnect, so
+        a long-poll answers now and an SSE response ends (the connection closes after either)."""
+        self.keep_alive = False
+        self.stopping = True
+        self.wake()
+
     # The app
 
     async def run_asgi(self, app: Any) -> None:
         try:
             result = await app(self.scope, self.receive, self.send)
+        except asyncio.CancelledError:
+            self.transport.close()  # the server gave up waiting for this response: not an error of the app's
+            raise
         except BaseException as exc:
             logger.error("Exception in ASGI application\n", exc_info=exc)
             if not self.response_started:
@@ -154,18 +165,22 @@ class Cycle:
         if self.waiting_for_100_continue and not self.transport.is_closing():
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.waiting_for_100_continue = False
-        if not self.disconnected and not self.response_complete:
+        if not self._over():
             self.flow.resume_reading()
             if not self._pending:
                 waiter = self._waiter = asyncio.get_running_loop().create_future()
                 await waiter
             self._pending = False
-        if self.disconnected or self.response_complete:
+        if self._over():
             return _DISCONNECT
         parts = self._parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._parts, self._size = [], 0
         return {"type": "http.request", "body": body, "more_body": self.more_body}
+
+    def _over(self) -> bool:
+        """Whether `receive` has nothing more to give than a disconnect."""
+        return self.disconnected or self.response_complete or (self.stopping and not self.more_body and not self._parts)
 
     async def send(self, message: Any) -> None:
         if self.flow.write_paused and not self.disconnected:

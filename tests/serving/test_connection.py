@@ -83,6 +83,72 @@ def test_shutdown_lets_a_response_under_way_finish_then_closes() -> None:
     asyncio.run(run())
 
 
+def test_shutdown_tells_a_live_read_its_client_left_so_it_answers_now() -> None:
+    """A long-poll or SSE reader open at shutdown was held until uvicorn's graceful wait ran out and
+    then cancelled: a 500 (or a cut stream) and an error in the log. It is told its client left."""
+
+    async def run() -> None:
+        async def long_poll(scope: Any, receive: Any, send: Any) -> None:
+            assert (await receive())["type"] == "http.request"  # the (empty) body
+            assert (await receive())["type"] == "http.disconnect"  # what a live read waits for
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        connection, transport = connect(long_poll)
+        connection.data_received(GET)
+        await settle()
+        assert not transport.written
+        connection.shutdown()
+        await settle()
+        assert statuses(transport.written) == [204] and b"connection: close\r\n" in transport.written
+        assert transport.closed
+
+    asyncio.run(run())
+
+
+def test_shutdown_leaves_a_body_being_received_to_finish() -> None:
+    async def run() -> None:
+        bodies: list[bytes] = []
+
+        async def upload(scope: Any, receive: Any, send: Any) -> None:
+            while True:
+                message = await receive()
+                bodies.append(message.get("body", b"") if message["type"] == "http.request" else b"<disconnect>")
+                if not message.get("more_body"):
+                    break
+            await ok(scope, receive, send)
+
+        connection, transport = connect(upload)
+        connection.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\nab")
+        await settle()
+        connection.shutdown()
+        await settle()
+        connection.data_received(b"cd")
+        await settle()
+        assert b"".join(bodies) == b"abcd" and statuses(transport.written) == [200]
+
+    asyncio.run(run())
+
+
+def test_a_response_cancelled_by_the_servers_stop_is_no_500(caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> None:
+        async def forever(scope: Any, receive: Any, send: Any) -> None:
+            await asyncio.Event().wait()
+
+        state = ServerState()
+        connection, transport = connect(forever, state=state)
+        connection.data_received(GET)
+        await settle()
+        for task in state.tasks:
+            task.cancel()  # what uvicorn does once its graceful wait is over
+        await settle()
+        assert not transport.written and transport.closed
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 def test_a_refused_connection_is_not_one_of_uvicorns() -> None:
     async def run() -> None:
         from app.serving.limits import EdgeLimits
