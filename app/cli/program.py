@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import ssl
 import sys
 import tomllib
@@ -20,10 +22,11 @@ from app.config import Settings, load_settings, parse_peers
 from app.counters.counts import RequestCounters
 from app.observability import logs
 from app.pipeline import cli as pipeline_cli
+from app.runtime import blocking
 from app.security import cli as token_cli
 from app.server import create_app
-from app.serving.connection import protocol_for
-from app.serving.limits import plan_limits
+from app.serving.connection import EdgeProtocol, protocol_for
+from app.serving.limits import EdgeLimits, plan_limits
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,23 +150,47 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"rill: {exc}") from None
         requests = RequestCounters()
         protocol = protocol_for(edge, requests)
-        uvicorn.run(
-            create_app(settings, clients=protocol.clients, requests=requests),
-            host=settings.host,
-            port=settings.port,
-            loop="uvloop",
-            http=protocol,
-            ws="none",
-            backlog=edge.backlog,
-            access_log=settings.access_log,
-            log_level="info",
-            log_config=None,  # logs.configure set the format
-            timeout_graceful_shutdown=5,
-            proxy_headers=False,
-            server_header=False,
-            ssl_certfile=settings.tls_cert,
-            ssl_keyfile=settings.tls_key,
-        )
+        try:
+            _serve(settings, edge, protocol, requests)
+        finally:
+            leave_stuck_calls()
+
+
+def _serve(settings: Settings, edge: EdgeLimits, protocol: type[EdgeProtocol], requests: RequestCounters) -> None:
+    uvicorn.run(
+        create_app(settings, clients=protocol.clients, requests=requests),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http=protocol,
+        ws="none",
+        backlog=edge.backlog,
+        access_log=settings.access_log,
+        log_level="info",
+        log_config=None,  # logs.configure set the format
+        timeout_graceful_shutdown=5,
+        proxy_headers=False,
+        server_header=False,
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
+    )
+
+
+def leave_stuck_calls() -> None:
+    """Exits now if blocking calls are still running once the server has stopped (a stalled object
+    store, say): Python joins every pool thread at exit, and Ctrl-C then waited for their timeouts."""
+    stuck = blocking.running()
+    if not stuck:
+        return
+    exc = sys.exc_info()[1]
+    code = 0 if exc is None else 130 if isinstance(exc, KeyboardInterrupt) else 1
+    if isinstance(exc, SystemExit):
+        code = exc.code if isinstance(exc.code, int) else 1
+    logging.getLogger("rill.server").warning("exiting with %d blocking call(s) still running", stuck)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def config_error(exc: Exception) -> NoReturn:

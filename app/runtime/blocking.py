@@ -51,6 +51,11 @@ async def run(kind: Kind, fn: Callable[[*Ts], T], *args: *Ts) -> T:
     return await asyncio.wrap_future(call)
 
 
+def running() -> int:
+    """How many calls are submitted and not finished."""
+    return sum(not call.done() for call in list(_calls))
+
+
 async def settle(timeout: float) -> bool:
     """Waits up to `timeout` seconds for the calls running now (a node closes its stores only after
     the threads reading them are done); whether they all finished."""

@@ -143,3 +143,26 @@ def test_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
     for data_dir in (taken, taken / "data"):
         message = serve(tmp_path, "--data-dir", str(data_dir))
         assert message == f"--data-dir {data_dir} cannot be used: {taken} is not a directory"
+
+
+def test_a_stopped_server_does_not_wait_for_stuck_blocking_calls_to_exit() -> None:
+    """Python joins every pool thread at exit: after Ctrl-C, a call stuck on a stalled object store
+    held the stopped server's process for its timeout (about a minute)."""
+    script = """
+import asyncio, threading
+from app.cli.program import leave_stuck_calls
+from app.runtime import blocking
+
+async def main():
+    asyncio.ensure_future(blocking.run("backups", threading.Event().wait))  # never returns
+    await asyncio.sleep(0.1)
+
+asyncio.run(main())
+try:
+    raise KeyboardInterrupt
+finally:
+    leave_stuck_calls()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert b"exiting with 1 blocking call(s) still running" in done.stderr
