@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,36 +147,49 @@ def up(args: argparse.Namespace) -> None:
     token = new_token()
     config = args.data_dir / "cluster.toml"
     _private_file(config, f'[auth]\nmode = "{args.auth}"\n\n' + toml_entry(token, ["admin:*"], "cluster-admin"))
-    processes = []
-    for n, url in urls.items():
-        cmd = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", url.rsplit(":", 1)[1]]
-        cmd += ["--data-dir", str(args.data_dir / f"node-{n}"), "--node-id", str(n), "--peers", peers]
-        cmd += ["--cluster-secret-file", str(secret_file)]
-        cmd += ["--forward-writes" if args.forward_writes else "--no-forward-writes"]
-        # Every node must reach the segments the leader tiers, so they share one store.
-        cmd += ["--cold-store", args.cold_store or (args.data_dir / "cold").resolve().as_uri()]
-        if args.tls_cert:
-            cmd += ["--tls-cert", str(args.tls_cert), "--tls-key", str(args.tls_key)]
-        if args.tls_ca:
-            cmd += ["--tls-ca", str(args.tls_ca)]
-        processes.append(subprocess.Popen(cmd))
-    client = _client_options(token, args.tls_ca)
-    # Blocked once the nodes are started (they must not inherit a mask blocking their own SIGTERM);
-    # a stop signal from now on waits for sigwait below instead of killing this process alone.
+    # Stop signals are held from before the first node starts until sigwait takes them (a stop then
+    # stops every node, not this process alone); each node unblocks them for itself before it runs.
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-    console = Console()
+    processes: list[subprocess.Popen[bytes]] = []
     try:
-        _wait_for_leader(list(urls.values()), client=client)
-        print_status(list(urls.values()), console, client=client)
-        console.print(f"admin token (membership changes, and every bucket when auth is on): {token}", soft_wrap=True)
-        console.print(f"cluster secret for nodes you add: --cluster-secret-file {secret_file}", soft_wrap=True)
-        console.print("Ctrl-C stops the cluster.")
-        signal.sigwait(stop)
-    except KeyboardInterrupt:
-        pass
+        for n, url in urls.items():
+            cmd = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", url.rsplit(":", 1)[1]]
+            cmd += ["--data-dir", str(args.data_dir / f"node-{n}"), "--node-id", str(n), "--peers", peers]
+            cmd += ["--cluster-secret-file", str(secret_file)]
+            cmd += ["--forward-writes" if args.forward_writes else "--no-forward-writes"]
+            # Every node must reach the segments the leader tiers, so they share one store.
+            cmd += ["--cold-store", args.cold_store or (args.data_dir / "cold").resolve().as_uri()]
+            if args.tls_cert:
+                cmd += ["--tls-cert", str(args.tls_cert), "--tls-key", str(args.tls_key)]
+            if args.tls_ca:
+                cmd += ["--tls-ca", str(args.tls_ca)]
+            processes.append(subprocess.Popen(cmd, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)))
+        _run_until_stopped(args, urls, token, secret_file, stop, processes)
     finally:
         stop_nodes(processes)
+
+
+def _run_until_stopped(
+    args: argparse.Namespace,
+    urls: dict[int, str],
+    token: str,
+    secret_file: Path,
+    stop: set[signal.Signals],
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    client = _client_options(token, args.tls_ca)
+    console = Console()
+    try:
+        if _wait_for_leader(list(urls.values()), client=client, stopped=lambda: _stopped(stop, processes)):
+            print_status(list(urls.values()), console, client=client)
+            who = "membership changes, and every bucket when auth is on"
+            console.print(f"admin token ({who}): {token}", soft_wrap=True)
+            console.print(f"cluster secret for nodes you add: --cluster-secret-file {secret_file}", soft_wrap=True)
+            console.print("Ctrl-C stops the cluster.")
+            signal.sigwait(stop)
+    except KeyboardInterrupt:
+        pass
 
 
 def stop_nodes(processes: list[subprocess.Popen[bytes]], seconds: float = STOP_SECONDS) -> None:
@@ -197,11 +211,29 @@ def stop_nodes(processes: list[subprocess.Popen[bytes]], seconds: float = STOP_S
         raise SystemExit(f"{which} killed: still running {seconds:.0f} s after being told to stop")
 
 
-def _wait_for_leader(urls: list[str], timeout: float = 30, client: dict[str, Any] | None = None) -> None:
+def _stopped(signals: set[signal.Signals], processes: list[subprocess.Popen[bytes]]) -> bool:
+    """Whether a stop signal came (taken here: it is blocked) or a node exited; SystemExit for the latter."""
+    if signal.sigtimedwait(signals, 0) is not None:
+        return True
+    for n, process in enumerate(processes, start=1):
+        if process.poll() is not None:
+            raise SystemExit(f"node {n} exited with status {process.returncode} before a leader was elected")
+    return False
+
+
+def _wait_for_leader(
+    urls: list[str],
+    timeout: float = 30,
+    client: dict[str, Any] | None = None,
+    stopped: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Whether a leader was elected; False if `stopped` said to give up first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(h and h.get("role") == "leader" for h in (_health(url, client) for url in urls)):
-            return
+            return True
+        if stopped():
+            return False
         time.sleep(0.1)
     raise SystemExit("no leader was elected in time")
 

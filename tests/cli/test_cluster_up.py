@@ -119,3 +119,44 @@ def test_a_node_that_does_not_stop_is_killed_and_named() -> None:
     with pytest.raises(SystemExit, match="node 2 was killed: still running 1 s after"):
         stop_nodes(nodes, seconds=1)
     assert nodes[0].returncode == -signal.SIGTERM and nodes[1].returncode == -signal.SIGKILL
+
+
+def test_a_stop_before_a_leader_is_elected_stops_at_once(tmp_path: Path) -> None:
+    """The stop signals are held from the nodes' start; a Ctrl-C before a leader was elected waited out
+    the 30 s election wait, then said no leader was elected (exit status 1)."""
+    base = _free_run(3)
+    cmd = [sys.executable, "-m", "app.cli", "cluster", "up", "--nodes", "3", "--base-port", str(base)]
+    up = subprocess.Popen(
+        [*cmd, "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while len(nodes := _children(up.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # as soon as the nodes are started: seconds before one can be elected
+        started = time.monotonic()
+        os.killpg(up.pid, signal.SIGINT)  # Ctrl-C in a terminal: every node gets it too, and dies
+        assert up.wait(25) == 0
+        assert time.monotonic() - started < 15
+        assert not any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in nodes)
+    finally:
+        if up.poll() is None:
+            up.kill()
+
+
+def test_a_node_that_exits_before_a_leader_is_elected_is_named(tmp_path: Path) -> None:
+    base = _free_run(3)
+    taken = socket.create_server(("127.0.0.1", base + 1))  # node 2's port
+    cmd = [sys.executable, "-m", "app.cli", "cluster", "up", "--nodes", "3", "--base-port", str(base)]
+    try:
+        done = subprocess.run([*cmd, "--data-dir", str(tmp_path)], capture_output=True, timeout=60)
+    finally:
+        taken.close()
+    assert done.returncode == 1
+    assert b"node 2 exited with status" in done.stderr
+    assert not any(_listening(port) for port in (base, base + 2))
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return True
