@@ -29,7 +29,7 @@ from app.config import Settings
 from app.raft.messages import Membership
 from app.runtime import blocking
 from app.security.quotas import Quotas
-from app.service.clock import wall_clock_ms
+from app.service.clock import ForwardClock
 from app.service.engine import Engine
 from app.service.limits import Limits
 from app.service.signals import Signals
@@ -203,7 +203,7 @@ def build_node(settings: Settings, open_kv: OpenKV | None = None, clients: Clien
         cold=SegmentCache(store, settings.cold_cache_bytes),
         hot_backlog_budget=settings.hot_backlog_budget,
         store=store,
-        clock=wall_clock_ms,
+        clock=ForwardClock(lambda: machine.latest_now),
         disk=disk,
         quotas=Quotas(machine, settings.bucket_quota, settings.bucket_quotas),
         peer_routes=settings.peer_routes,

@@ -97,6 +97,9 @@ class StateMachine:
         self.on_change = on_change
         # Called after an apply that woke subscriptions (their streams grew, or they changed).
         self.on_woken: Callable[[], None] | None = None
+        # The latest time a command applied here was stamped with: this node, leading later, never
+        # stamps an earlier one (app/service/clock.py).
+        self.latest_now = 0
 
     def reload(self, kv: KV) -> None:
         """Starts over from another store: a snapshot installed from the leader."""
@@ -122,6 +125,8 @@ class StateMachine:
                 if env is None:
                     env = decode_envelope(entry.data)
                 results.append(RULES[type(env.command)](table, env.command, env.now))
+                if env.now > self.latest_now:
+                    self.latest_now = env.now
                 if table.forgotten:
                     subscriptions.forget_positions(table)
                 if table.grown:  # per entry, not per batch: replicas batch entries differently

@@ -114,7 +114,7 @@ def append(table: StreamTable, cmd: Append, now: int) -> Outcome:
         if cmd.body:
             return stream_outcome(Code.STREAM_CLOSED, meta, "stream is closed")
         # Closing a closed stream is idempotent: it only renews the TTL and takes the producer's seq.
-        meta.touched_at = now
+        meta.touched_at = max(meta.touched_at, now)  # a leader whose clock is behind must not shorten it
         table.dirty.add(meta.sid)
         return remember(table, cmd.producer, meta, stream_outcome(Code.APPENDED, meta))
     if cmd.body:
@@ -129,7 +129,7 @@ def append(table: StreamTable, cmd: Append, now: int) -> Outcome:
         write_record(table, meta, cmd.body, now, producer)
     if cmd.close:
         meta.closed = True
-    meta.touched_at = now
+    meta.touched_at = max(meta.touched_at, now)
     table.dirty.add(meta.sid)
     table.changed.add(meta.sid)
     outcome = remember(table, cmd.producer, meta, stream_outcome(Code.APPENDED, meta))

@@ -9,6 +9,7 @@ import pytest
 
 from app.config import Settings
 from app.service.build import base_url, build_node, own_origins
+from app.service.clock import ForwardClock
 from app.state_machine.commands import Code, CreateStream
 from app.state_machine.machine import COMPAT_BUCKET
 from app.storage.kv import MemoryKV
@@ -22,6 +23,8 @@ def test_a_single_node_is_built_without_a_running_loop_and_serves_once_started(t
     node = build_node(Settings(data_dir=tmp_path / "data"), open_kv=_memory)  # no event loop here
     assert node.transport is None and node.engine.node is node.raft and node.tiering.node is node.engine
     assert node.engine.webhooks is not None  # subscriptions are served from the start
+    clock = node.engine.now_ms
+    assert isinstance(clock, ForwardClock) and clock.floor() == node.machine.latest_now  # never behind the log
 
     async def scenario() -> None:
         await node.start()

@@ -77,6 +77,27 @@ def test_close_only_renews_ttl(h: H) -> None:
     assert h.one(Touch(B, "s"), now=T0 + 3000).code is Code.OK
 
 
+@pytest.mark.parametrize("close", [False, True])
+def test_an_earlier_stamp_does_not_shorten_a_renewal(h: H, close: bool) -> None:
+    """An append (or close) stamped by a leader whose clock is behind the last one's set the renewal
+    back, as a Touch never did: the stream was collected before the deadline its renewal had set."""
+    h.create("s", ttl=60)
+    assert h.one(Touch(B, "s"), now=T0 + 30_000).code is Code.OK
+    assert h.one(Append(B, "s", TEXT, b"" if close else b"x", close=close), now=T0 + 20_000).code is Code.APPENDED
+    assert h.meta("s").touched_at == T0 + 30_000
+    h.one(CollectExpired([h.meta("s").sid]), now=T0 + 85_000)
+    assert h.meta("s") is not None
+    if close:  # closing a closed stream renews too
+        assert h.one(Append(B, "s", None, b"", close=True), now=T0 + 25_000).code is Code.APPENDED
+        assert h.meta("s").touched_at == T0 + 30_000
+
+
+def test_the_machine_keeps_the_latest_stamp_it_applied(h: H) -> None:
+    h.create("s", now=T0 + 500)
+    h.append("s", b"a", now=T0 + 200)
+    assert h.sm.latest_now == T0 + 500
+
+
 def test_producer_close_only_renews_ttl(h: H) -> None:
     h.create("s", ttl=2)
     out = h.one(Append(B, "s", None, b"", producer=P(0, 0), close=True), now=T0 + 1500)
