@@ -14,7 +14,7 @@ MAX_SAFE_INTEGER = 2**53 - 1
 # Bounded lengths: Python refuses to convert very long digit strings, and nothing here needs more.
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,15}")
 _DIGITS = re.compile(r"[0-9]{1,16}")
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)")
 
 
 def parse_uint(value: str | None) -> int | None:

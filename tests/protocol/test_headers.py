@@ -90,7 +90,9 @@ def test_parse_expires_at_gives_utc_milliseconds(value: str | None, expected: in
         ("2099-13-01T00:00:00Z", "not a valid date"),
         ("2099-01-01T24:00:00Z", "not a valid date"),
         ("2099-01-01T00:00:60Z", "not a valid date"),
-        ("2099-01-01T00:00:00+24:00", "not a valid date"),
+        ("2099-01-01T00:00:00+24:00", "RFC 3339"),
+        ("2099-01-01T00:00:00+00:60", "RFC 3339"),  # was taken, as an hour
+        ("2099-01-01T00:00:00-07:99", "RFC 3339"),
         ("1969-12-31T23:59:59Z", "between 1970 and 9999"),
         ("1970-01-01T00:00:00+00:01", "between 1970 and 9999"),
         ("9999-12-31T23:59:59.5Z", "between 1970 and 9999"),
