@@ -26,15 +26,15 @@ class Clocks:
     """A wall clock the test sets and steps, and a monotonic one that only moves forward with it."""
 
     def __init__(self) -> None:
-        self.wall_ms, self.mono = T, 1000.0
+        self.wall_ms, self.mono_ns = T, 10**12
         self.floor = 0
 
-    def advance(self, ms: int) -> None:
-        self.wall_ms += ms
-        self.mono += ms / 1000
+    def advance(self, ms: float) -> None:
+        self.wall_ms += int(ms)
+        self.mono_ns += int(ms * 1_000_000)
 
     def clock(self) -> ForwardClock:
-        return ForwardClock(lambda: self.floor, lambda: self.wall_ms, lambda: self.mono)
+        return ForwardClock(lambda: self.floor, lambda: self.wall_ms, lambda: self.mono_ns)
 
 
 def test_it_is_the_wall_clock_while_that_runs_forward() -> None:
@@ -49,22 +49,50 @@ def test_a_clock_stepped_back_goes_on_from_where_it_was() -> None:
     c = Clocks()
     clock = c.clock()
     assert clock() == T
-    c.wall_ms -= 3_600_000  # an NTP step of an hour back
-    c.advance(2000)
-    assert clock() == T + 2000
+    c.advance(1000)
+    c.wall_ms -= 3000  # an NTP step back, found at the next call: time stands there, then runs on
+    assert clock() == T
     c.advance(500)
-    assert clock() == T + 2500
-    c.wall_ms += 3_600_000 + 10_000  # and forward again, past where it was
+    assert clock() == T + 500
+    c.advance(1500)
+    assert clock() == T + 2000
+    c.wall_ms += 3000 + 10_000  # and forward again, past where it was
     assert clock() == c.wall_ms
+
+
+def test_called_more_often_than_every_millisecond_it_still_runs() -> None:
+    """Each call counted whole milliseconds and dropped the rest: called every 0.1 ms, a clock going on
+    from where it was (the wall clock behind) stood still."""
+    c = Clocks()
+    clock = c.clock()
+    clock()
+    c.wall_ms -= 4000
+    for _ in range(10_000):
+        c.mono_ns += 100_000  # 0.1 ms; the wall clock, behind, moves with it
+        c.wall_ms = T - 4000 + (c.mono_ns - 10**12) // 1_000_000
+        last = clock()
+    assert last == T + 999  # from the first call that found the wall clock behind
 
 
 def test_a_leader_behind_the_last_one_starts_from_the_latest_stamp_applied() -> None:
     c = Clocks()
     clock = c.clock()
-    c.floor = T + 5000  # the old leader's clock was 5 s ahead of this node's
-    assert clock() == T + 5000
+    c.floor = T + 3000  # the old leader's clock was 3 s ahead of this node's
+    assert clock() == T + 3000
     c.advance(1000)
-    assert clock() == T + 6000
+    assert clock() == T + 4000
+
+
+def test_a_stamp_far_ahead_does_not_hold_the_clock_ahead(caplog: pytest.LogCaptureFixture) -> None:
+    """One leader's clock a day ahead put its stamps in every log; going on from them for good would
+    expire every stream a day early until real time caught up. Past 5 s, the wall clock wins."""
+    c = Clocks()
+    clock = c.clock()
+    c.floor = T + 86_400_000
+    assert clock() == T
+    assert "behind the log's time" in caplog.text
+    c.wall_ms -= 3_600_000  # a step back of an hour: the wall clock too
+    assert clock() == T - 3_600_000
 
 
 def test_a_stream_reported_expired_stays_expired_when_the_clock_steps_back() -> None:
@@ -76,7 +104,7 @@ def test_a_stream_reported_expired_stays_expired_when_the_clock_steps_back() -> 
         c = Clocks()
         machine = StateMachine(MemoryKV(records.COLUMN_FAMILIES))
         c.floor = 0
-        clock = ForwardClock(lambda: machine.latest_now, lambda: c.wall_ms, lambda: c.mono)
+        clock = ForwardClock(lambda: machine.latest_now, lambda: c.wall_ms, lambda: c.mono_ns)
         node = RaftNode(1, [1], LogStore(MemoryKV(log_store.COLUMN_FAMILIES)), machine, tick_seconds=0.01, seed=1)
         engine = Engine(node, machine, Signals(), Limits(), clock=clock)
         await node.start()
