@@ -195,12 +195,15 @@ class EdgeProtocol(asyncio.Protocol):
     def shutdown(self) -> None:
         """uvicorn's graceful shutdown: an idle connection closes now, a busy one after its response
         (a live read's ends now: it is told its client left)."""
-        cycle = self.cycle
-        if cycle is None or cycle.response_complete:
+        latest = self.cycle
+        if latest is None or latest.response_complete:
             if self.transport is not None:
                 self.transport.close()
-        else:
-            cycle.stop()
+            return
+        latest.keep_alive = False  # requests pipelined before it are still answered
+        for cycle in (self._running, latest):  # the response under way, and the request queued behind it
+            if cycle is not None and not cycle.response_complete:
+                cycle.stop()
 
     def data_received(self, data: bytes) -> None:
         if self._done or self._upgraded:

@@ -46,7 +46,7 @@ def _nothing() -> None:
 class Cycle:
     __slots__ = (
         "scope", "transport", "flow", "default_headers", "access_log", "on_response",
-        "disconnected", "stopping", "keep_alive", "waiting_for_100_continue",
+        "disconnected", "stopping", "_body_done", "keep_alive", "waiting_for_100_continue",
         "_parts", "_size", "more_body", "_pending", "_waiter",
         "response_started", "response_complete", "chunked_encoding", "until_close", "expected_content_length",
         "_head", "status",
@@ -71,6 +71,7 @@ class Cycle:
         self.on_response = on_response
         self.disconnected = False
         self.stopping = False  # the server is shutting down: a live read ends as if its client had left
+        self._body_done = False  # the app has received the request's last body message
         self.keep_alive = keep_alive
         self.waiting_for_100_continue = expect_100_continue
         # The request body: pieces not yet received by the app, and whether more will come.
@@ -112,9 +113,8 @@ class Cycle:
                 waiter.set_result(None)
 
     def stop(self) -> None:
-        """The server is shutting down: once the request's body is in, `receive` reports a disconnect, so
-        a long-poll answers now and an SSE response ends (the connection closes after either)."""
-        self.keep_alive = False
+        """The server is shutting down: once the app has the request's whole body, `receive` reports a
+        disconnect, so a long-poll answers now and an SSE response ends."""
         self.stopping = True
         self.wake()
 
@@ -176,11 +176,12 @@ class Cycle:
         parts = self._parts
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._parts, self._size = [], 0
+        self._body_done = not self.more_body
         return {"type": "http.request", "body": body, "more_body": self.more_body}
 
     def _over(self) -> bool:
         """Whether `receive` has nothing more to give than a disconnect."""
-        return self.disconnected or self.response_complete or (self.stopping and not self.more_body and not self._parts)
+        return self.disconnected or self.response_complete or (self.stopping and self._body_done)
 
     async def send(self, message: Any) -> None:
         if self.flow.write_paused and not self.disconnected:

@@ -130,6 +130,59 @@ def test_shutdown_leaves_a_body_being_received_to_finish() -> None:
     asyncio.run(run())
 
 
+def test_shutdown_tells_a_live_read_with_a_request_pipelined_behind_it() -> None:
+    """The stop went to the request parsed last (queued behind the long-poll), not to the long-poll."""
+
+    async def run() -> None:
+        async def long_poll(scope: Any, receive: Any, send: Any) -> None:
+            assert (await receive())["type"] == "http.request"
+            assert (await receive())["type"] == "http.disconnect"
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        connection, transport = connect(long_poll)
+        connection.data_received(GET + GET)
+        await settle()
+        connection.shutdown()
+        for _ in range(5):
+            await settle()
+        assert statuses(transport.written) == [204, 204]  # the queued one answered too, then closed
+        assert transport.closed
+
+    asyncio.run(run())
+
+
+def test_a_chunked_body_whose_end_comes_after_the_stop_is_received_whole() -> None:
+    """The last chunk's end marker, arriving after the stop, was reported as a disconnect: an upload
+    under way at shutdown failed with 400 client_disconnected."""
+
+    async def run() -> None:
+        bodies: list[bytes] = []
+
+        async def upload(scope: Any, receive: Any, send: Any) -> None:
+            while True:
+                message = await receive()
+                assert message["type"] == "http.request", bodies
+                bodies.append(message["body"])
+                if not message["more_body"]:
+                    break
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        connection, transport = connect(upload)
+        connection.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n")
+        await settle()
+        connection.shutdown()
+        await settle()
+        connection.data_received(b"2\r\ncd\r\n")
+        await settle()
+        connection.data_received(b"0\r\n\r\n")
+        await settle()
+        assert b"".join(bodies) == b"abcd" and statuses(transport.written) == [200]
+
+    asyncio.run(run())
+
+
 def test_a_response_cancelled_by_the_servers_stop_is_no_500(caplog: pytest.LogCaptureFixture) -> None:
     async def run() -> None:
         async def forever(scope: Any, receive: Any, send: Any) -> None:
