@@ -21,7 +21,7 @@ from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
 from app.state_machine import streams as rules
-from app.state_machine.commands import FORK_EARLIEST, Append, Code, CreateStream, DeleteStream
+from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
 from app.state_machine.reader import MAX_JSON_SUB_OFFSET
 from app.tiering.keys import check_storable
 
@@ -36,9 +36,14 @@ async def _evicted_record(engine: Engine, target: StreamTarget, source: str | No
     meta = engine.lookup(target.bucket, source) if source is not None else None
     if meta is None:
         return None
-    if pos is None or pos == FORK_EARLIEST:
-        pos = meta.tail if pos is None else meta.earliest
-    return await engine.evicted_record(meta, pos)
+    return await engine.evicted_record(meta, meta.tail if pos is None else pos)
+
+
+def _earliest(engine: Engine, target: StreamTarget, source: str | None) -> int:
+    """Where a fork at -1 starts: the source's earliest retained offset, resolved here so that the
+    command names an offset (retention moving past it before the apply refuses the fork, as for any)."""
+    meta = engine.lookup(target.bucket, source) if source is not None else None
+    return meta.earliest if meta is not None else 0
 
 
 async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
@@ -58,7 +63,9 @@ async def create(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     fork_name = target.resolve(fork_from) if fork_from is not None else None
     fork_offset = None
     if fork_offset_raw is not None and fork_offset_raw != "now":
-        fork_offset = FORK_EARLIEST if fork_offset_raw == "-1" else parse_position(fork_offset_raw)
+        fork_offset = (
+            _earliest(engine, target, fork_name) if fork_offset_raw == "-1" else parse_position(fork_offset_raw)
+        )
     content_type = h.get("content-type")
     _require_bucket(engine, target)
     check_storable(engine.store, target.bucket, target.name)

@@ -30,9 +30,6 @@ class DeleteBucket(msgspec.Struct, tag="db", array_like=True):
     bucket: str
 
 
-FORK_EARLIEST = -1  # Stream-Fork-Offset: -1, the start of what the source still has
-
-
 class CreateStream(msgspec.Struct, tag="cs", array_like=True):
     bucket: str
     stream: str
@@ -45,7 +42,7 @@ class CreateStream(msgspec.Struct, tag="cs", array_like=True):
     # into the log entry, so applying a large append copies it only into the store.
     body: memoryview = memoryview(b"")
     fork_stream: str | None = None  # in the same bucket
-    fork_offset: int | None = None  # None: the source's tail; FORK_EARLIEST: its earliest retained offset
+    fork_offset: int | None = None  # None: the source's tail
     fork_sub: int = 0
     content_type_given: bool = True
     touched: int = 0  # the leader's latest local read of an existing stream (sliding TTL)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from app.domain.media import media_type
 from app.state_machine import records as r
-from app.state_machine.commands import FORK_EARLIEST, Code, CreateStream, Outcome
+from app.state_machine.commands import Code, CreateStream, Outcome
 from app.state_machine.expiry import live
 from app.state_machine.reader import is_boundary, record_prefix
 from app.state_machine.table import StreamTable
@@ -35,8 +35,6 @@ def fork_point(table: StreamTable, cmd: CreateStream, now: int) -> ForkPoint | O
     if cmd.content_type_given and media_type(source.content_type) != media_type(cmd.content_type):
         return Outcome(Code.CONTENT_TYPE_MISMATCH, "fork content type differs from its source")
     offset = source.tail if cmd.fork_offset is None else cmd.fork_offset
-    if offset == FORK_EARLIEST:
-        offset = source.earliest
     if offset < source.earliest:
         return Outcome(Code.BAD_FORK_OFFSET, "fork offset is before the source's retained history")
     if offset > source.tail or not is_boundary(table, source, offset):
