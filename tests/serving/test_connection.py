@@ -83,79 +83,43 @@ def test_shutdown_lets_a_response_under_way_finish_then_closes() -> None:
     asyncio.run(run())
 
 
-def test_shutdown_tells_a_live_read_its_client_left_so_it_answers_now() -> None:
+async def long_poll(scope: Any, receive: Any, send: Any) -> None:
+    """Waits, as a long-poll does, until `receive` reports its client left; then answers 204."""
+    assert (await receive())["type"] == "http.request"  # the (empty) body
+    assert (await receive())["type"] == "http.disconnect"
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_shutdown_tells_a_live_read_its_client_left_so_it_answers_now(pipelined: bool) -> None:
     """A long-poll or SSE reader open at shutdown was held until uvicorn's graceful wait ran out and
-    then cancelled: a 500 (or a cut stream) and an error in the log. It is told its client left."""
+    then cancelled: a 500 (or a cut stream) and an error in the log. It is told its client left, also
+    with a request pipelined behind it (the stop once went to that one only)."""
 
     async def run() -> None:
-        async def long_poll(scope: Any, receive: Any, send: Any) -> None:
-            assert (await receive())["type"] == "http.request"  # the (empty) body
-            assert (await receive())["type"] == "http.disconnect"  # what a live read waits for
-            await send({"type": "http.response.start", "status": 204, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
-
         connection, transport = connect(long_poll)
-        connection.data_received(GET)
+        connection.data_received(GET + GET if pipelined else GET)
         await settle()
         assert not transport.written
         connection.shutdown()
-        await settle()
-        assert statuses(transport.written) == [204] and b"connection: close\r\n" in transport.written
-        assert transport.closed
-
-    asyncio.run(run())
-
-
-def test_shutdown_leaves_a_body_being_received_to_finish() -> None:
-    async def run() -> None:
-        bodies: list[bytes] = []
-
-        async def upload(scope: Any, receive: Any, send: Any) -> None:
-            while True:
-                message = await receive()
-                bodies.append(message.get("body", b"") if message["type"] == "http.request" else b"<disconnect>")
-                if not message.get("more_body"):
-                    break
-            await ok(scope, receive, send)
-
-        connection, transport = connect(upload)
-        connection.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\nab")
-        await settle()
-        connection.shutdown()
-        await settle()
-        connection.data_received(b"cd")
-        await settle()
-        assert b"".join(bodies) == b"abcd" and statuses(transport.written) == [200]
-
-    asyncio.run(run())
-
-
-def test_shutdown_tells_a_live_read_with_a_request_pipelined_behind_it() -> None:
-    """The stop went to the request parsed last (queued behind the long-poll), not to the long-poll."""
-
-    async def run() -> None:
-        async def long_poll(scope: Any, receive: Any, send: Any) -> None:
-            assert (await receive())["type"] == "http.request"
-            assert (await receive())["type"] == "http.disconnect"
-            await send({"type": "http.response.start", "status": 204, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
-
-        connection, transport = connect(long_poll)
-        connection.data_received(GET + GET)
-        await settle()
-        connection.shutdown()
         for _ in range(5):
             await settle()
-        assert statuses(transport.written) == [204, 204]  # the queued one answered too, then closed
-        assert transport.closed
+        assert statuses(transport.written) == [204, 204] if pipelined else [204]  # the queued one too
+        assert b"connection: close\r\n" in transport.written and transport.closed
 
     asyncio.run(run())
 
 
-def test_a_chunked_body_whose_end_comes_after_the_stop_is_received_whole() -> None:
-    """The last chunk's end marker, arriving after the stop, was reported as a disconnect: an upload
-    under way at shutdown failed with 400 client_disconnected."""
-
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\nab", b"cd"],
+        # The end marker after the stop was taken for a disconnect: 400 client_disconnected.
+        [b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n", b"2\r\ncd\r\n", b"0\r\n\r\n"],
+    ],
+)
+def test_a_body_under_way_at_the_stop_is_received_whole(pieces: list[bytes]) -> None:
     async def run() -> None:
         bodies: list[bytes] = []
 
@@ -170,14 +134,13 @@ def test_a_chunked_body_whose_end_comes_after_the_stop_is_received_whole() -> No
             await send({"type": "http.response.body", "body": b"ok"})
 
         connection, transport = connect(upload)
-        connection.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n")
+        connection.data_received(pieces[0])
         await settle()
         connection.shutdown()
         await settle()
-        connection.data_received(b"2\r\ncd\r\n")
-        await settle()
-        connection.data_received(b"0\r\n\r\n")
-        await settle()
+        for piece in pieces[1:]:
+            connection.data_received(piece)
+            await settle()
         assert b"".join(bodies) == b"abcd" and statuses(transport.written) == [200]
 
     asyncio.run(run())
