@@ -213,11 +213,12 @@ def stop_nodes(processes: list[subprocess.Popen[bytes]], seconds: float = STOP_S
 
 def _stopped(signals: set[signal.Signals], processes: list[subprocess.Popen[bytes]]) -> bool:
     """Whether a stop signal came (taken here: it is blocked) or a node exited; SystemExit for the latter."""
+    # The nodes first: a Ctrl-C that ended one is pending here by the time its exit shows.
+    exited = [(n, process.returncode) for n, process in enumerate(processes, start=1) if process.poll() is not None]
     if signal.sigtimedwait(signals, 0) is not None:
         return True
-    for n, process in enumerate(processes, start=1):
-        if process.poll() is not None:
-            raise SystemExit(f"node {n} exited with status {process.returncode} before a leader was elected")
+    if exited:
+        raise SystemExit(f"node {exited[0][0]} exited with status {exited[0][1]} before a leader was elected")
     return False
 
 

@@ -135,7 +135,9 @@ def test_a_stop_before_a_leader_is_elected_stops_at_once(tmp_path: Path) -> None
             time.sleep(0.01)  # as soon as the nodes are started: seconds before one can be elected
         started = time.monotonic()
         os.killpg(up.pid, signal.SIGINT)  # Ctrl-C in a terminal: every node gets it too, and dies
-        assert up.wait(25) == 0
+        code = up.wait(25)
+        assert up.stdout is not None
+        assert code == 0, up.stdout.read()[-2000:]
         assert time.monotonic() - started < 15
         assert not any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in nodes)
     finally:
