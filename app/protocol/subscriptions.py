@@ -173,6 +173,7 @@ _SUBSCRIPTION_ERRORS = {
     Code.TOO_MANY_SUBSCRIPTIONS: (400, "TOO_MANY_SUBSCRIPTIONS"),
     Code.NOT_FOUND: (400, "STREAM_NOT_LINKED"),  # an ack for a stream that is not the subscription's
     Code.BEYOND_TAIL: (400, "OFFSET_BEYOND_TAIL"),
+    Code.NOT_BOUNDARY: (400, "OFFSET_NOT_BOUNDARY"),
 }
 
 

@@ -38,6 +38,7 @@ from app.state_machine.commands import (
     Wake,
 )
 from app.state_machine.coverage import Scope
+from app.state_machine.reader import is_boundary
 from app.state_machine.glob import PatternRejected, validate_pattern
 from app.state_machine.table import StreamTable
 
@@ -267,8 +268,13 @@ def ack_refusal(table: StreamTable, cmd: Ack, now: int) -> Outcome | None:
         sid = table.names.get((sub.bucket, stream_name(sub, path)))
         if sid is None or not links(table, sub, path):
             return Outcome(Code.NOT_FOUND, f"{path!r} is not one of the subscription's streams", subscription=sub)
-        if pos > table.streams[sid].tail:
+        meta = table.streams[sid]
+        if pos > meta.tail:
             return Outcome(Code.BEYOND_TAIL, f"{path!r} has no position {pos} yet", subscription=sub)
+        # The next worker resumes from this offset: inside a JSON message it could not read from it.
+        # Below `earliest` the record may be gone, and so its boundaries: a read there is answered 410.
+        if meta.json and pos >= meta.earliest and not is_boundary(table, meta, pos):
+            return Outcome(Code.NOT_BOUNDARY, f"{pos} is not a message boundary of {path!r}", subscription=sub)
     return None
 
 

@@ -140,11 +140,14 @@ def test_acks_renew_the_lease_and_refuse_unknown_streams_and_future_positions(m:
     m.stream("events/a", b'{"n":1}')
     m.one(put())
     m.one(Claim(B, ROOT, "s1", "worker-1", "w1", "t1"))
-    assert m.one(Ack(B, ROOT, "s1", "w1", 1, "t1", [("events/a", 1)]), now=T0 + 900).code is Code.OK
+    assert m.one(Ack(B, ROOT, "s1", "w1", 1, "t1", [("events/a", 0)]), now=T0 + 900).code is Code.OK
     assert m.sub().lease_until == T0 + 900 + 1000
     assert m.one(Ack(B, ROOT, "s1", "w1", 1, "t1", [("other/x", 0)])).code is Code.NOT_FOUND
     beyond = m.tail("events/a") + 1
     assert m.one(Ack(B, ROOT, "s1", "w1", 1, "t1", [("events/a", beyond)])).code is Code.BEYOND_TAIL
+    # The next worker resumes from an acknowledged offset: one inside a message could not be read from.
+    assert m.one(Ack(B, ROOT, "s1", "w1", 1, "t1", [("events/a", 3)])).code is Code.NOT_BOUNDARY
+    assert m.one(Ack(B, ROOT, "s1", "w1", 1, "t1", [("events/a", beyond - 1)])).code is Code.OK
 
 
 def test_pending_streams_and_delete(m: Machine) -> None:

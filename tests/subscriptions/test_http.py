@@ -120,6 +120,10 @@ def test_pull_wake_claims_expire_to_the_next_worker(node: RillProcess) -> None:
     assert fenced.status_code == 409 and fenced.json()["error"]["code"] == "FENCED"
     (job,) = second["streams"]
     ack = {"wake_id": second["wake_id"], "generation": second["generation"], "done": True}
+    auth = {"authorization": f"Bearer {second['token']}"}
+    ack["acks"] = [{"stream": job["path"], "offset": "0000000000000000_0000000000000003"}]  # inside {"job": 1}
+    inside = httpx.post(_sub(node, sub_id) + "/ack", json=ack, headers=auth)
+    assert inside.status_code == 400 and inside.json()["error"]["code"] == "OFFSET_NOT_BOUNDARY"
     ack["acks"] = [{"stream": job["path"], "offset": job["tail_offset"]}]
     done = httpx.post(_sub(node, sub_id) + "/ack", json=ack, headers={"authorization": f"Bearer {second['token']}"})
     assert done.json() == {"ok": True, "next_wake": False}
