@@ -139,7 +139,9 @@ class SegmentCache:
             payloads = self.packs.payloads(segment.key, segment.size, segment.group, segment.row, segment.records)
         except KeyError:
             raise StoreUnavailable(f"pack {segment.key} is missing from the object store") from None
-        except (OSError, ValueError) as exc:  # a truncated or foreign object: pyarrow cannot read it
+        except StoreUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a damaged footer raises any of pyarrow's errors, not only IO or value ones
             raise StoreUnavailable(f"pack {segment.key} cannot be read: {exc}") from exc
         positions = segment.record_starts()
         ends = [*positions[1:], segment.hi]

@@ -6,8 +6,8 @@ Three readers face them:
   or answered 503) and never caches or serves bytes other than the slice's, nor raises another
   exception (which would surface as a 500 and a traceback).
 - `PackReader.payloads` (which the cache calls): it returns exactly the rows asked for, or raises
-  KeyError (no object), OSError or ValueError (pyarrow's errors, and its own range check): the
-  exceptions the cache turns into `StoreUnavailable`. An IndexError or TypeError escapes the cache.
+  KeyError (no object) or one of pyarrow's errors (a damaged footer can raise NotImplementedError),
+  which the cache turns into `StoreUnavailable`.
 - `catalog.read` (the Spark source and `rill restore`): an object that is not a manifest or pack
   index this version reads makes it raise a ValueError (JSONDecodeError included) or be skipped;
   what it returns is well formed: integer positions with first < next, slices with a row group and
@@ -172,6 +172,17 @@ def test_a_truncated_pack_is_unavailable(packed: Packed, cut: Any) -> None:
     part of the footer itself missing) while the recorded size is the whole pack's: StoreUnavailable."""
     packed.store.put(packed.key, packed.data[: cut(len(packed.data))])
     _unavailable(packed.store, packed.infos["a"])
+
+
+def test_every_flipped_bit_of_the_footer_is_unavailable_or_exact(packed: Packed) -> None:
+    """One bit of the pack's footer flipped, for each of its bytes (some flips make pyarrow raise
+    NotImplementedError, which once escaped as a 500): StoreUnavailable or exactly the slice."""
+    (length,) = struct.unpack("<I", packed.data[-8:-4])
+    for i in range(len(packed.data) - 8 - length, len(packed.data)):
+        damaged = bytearray(packed.data)
+        damaged[i] ^= 1
+        packed.store.put(packed.key, bytes(damaged))
+        _unavailable_or_exact(packed.store, packed.infos["a"], "a")
 
 
 @pytest.mark.parametrize("length", [0x7FFFFFF0, 0xFFFFFFFF, 0, 1, "whole"], ids=str)
