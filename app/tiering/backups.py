@@ -122,8 +122,13 @@ class StateBackups:
             self.last = Written(key, header.index, header.created_at, size, took_ms)
             self.written += 1
             self.last_error = None
+            if self._kept is not None:  # the store holds it now, whatever pruning does next
+                self._kept = sorted({*self._kept, header.index})
             await blocking.run("backups", self._prune)
         except Exception as exc:  # the store is down, the disk is full: try again later, never crash
+            # An upload may have landed unlisted (its check or the pruning failed): until the store is
+            # listed again, the floor holds every object, so none the new backup names is deleted.
+            self._kept = None
             self.errors += 1
             self.last_error = str(exc) or type(exc).__name__
             self._retry_at = now + int(RETRY_SECONDS * 1000)

@@ -120,6 +120,30 @@ def test_a_failing_store_is_retried_later_and_counted(tmp_path: Path, monkeypatc
     assert asyncio.run(backups.write_once()) is not None and backups.last_error is None
 
 
+def test_a_backup_uploaded_but_not_listed_holds_every_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first backup lands in an empty store, then the pruning's listing fails: the floor must not stay None (which lets the collector delete every released object,
+    some of which the new backup names) but hold everything until the store is listed again."""
+    h, leader, backups, store = _backups(tmp_path)
+    asyncio.run(backups.begin_leading(leader.now))
+    assert backups.floor() is None  # an empty store: nothing held
+
+    def down(*args: object) -> None:
+        raise StoreUnavailable("slow down")
+
+    monkeypatch.setattr(store, "list", down)
+    assert asyncio.run(backups.write_once()) is None
+    assert len(_keys_of(tmp_path)) == 1  # the upload itself landed
+    assert backups.floor() == 0
+    monkeypatch.undo()
+    h.append("s", b"more")
+    written = asyncio.run(backups.write_once())
+    assert written is not None and backups.floor() == written.index
+
+
+def _keys_of(tmp_path: Path) -> list[str]:
+    return list(FileStore(tmp_path / "cold").list(backup.KEY_PREFIX))
+
+
 def test_the_recovery_point_age_counts_unsaved_metadata_and_unsealed_records(tmp_path: Path) -> None:
     h, leader, backups, store = _backups(tmp_path)
     backups._leading_since = leader.now
