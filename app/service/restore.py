@@ -115,7 +115,8 @@ def choose(store: ObjectStore, at_index: int | None = None, at_time: int | None 
 
 def restore(store: ObjectStore, data_dir: Path, at_index: int | None = None, at_time: int | None = None) -> Restored:
     """Builds `data_dir` (which must not hold a node already) from the store."""
-    for part in ("state", "raft"):
+    # A store half swapped in (`state.old`, `state.staging`) would be opened under the backup's frames.
+    for part in ("state", "raft", "state.old", "state.staging"):
         if (data_dir / part).exists():
             raise RestoreError(f"{data_dir / part} exists: restore into an empty data directory")
     key, data = choose(store, at_index, at_time)

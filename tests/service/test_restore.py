@@ -153,6 +153,10 @@ def test_nothing_is_written_over_a_node_or_from_an_empty_store(
     restore(store, tmp_path / "node")
     with pytest.raises(RestoreError, match="empty data directory"):
         restore(store, tmp_path / "node")
+    for leftover in ("state.old", "state.staging"):  # what a node's interrupted store swap leaves
+        (tmp_path / leftover / leftover).mkdir(parents=True)
+        with pytest.raises(RestoreError, match=f"{leftover} exists"):
+            restore(store, tmp_path / leftover)
     with pytest.raises(RestoreError, match="no state backup"):
         restore(FileStore(tmp_path / "empty"), tmp_path / "other")
     assert not (tmp_path / "other" / "state").exists()
