@@ -281,12 +281,14 @@ def _bring_back_sealed(
     evicted_from = meta.evicted
     batch = Batch()
     written = meta.tiered
-    while (entry := by_start.get(meta.tiered)) is not None:
+    while (entry := by_start.get(meta.tiered)) is not None or (entry := _merged_across(state, meta, found)):
         sealed = _read_entry(objects, meta.bucket, meta.name, entry)
         if sealed is None:
             break  # not the object the catalog names: stop at what is certain
+        if entry.first < meta.tiered:  # it replaces the backup's segments from its start
+            _drop_merged(state, batch, meta, entry.first)
         lo, hi = meta.tiered, entry.next
-        batch.put(r.SEGMENTS, r.data_key(meta.sid, lo), r.encode(sealed.info))
+        batch.put(r.SEGMENTS, r.data_key(meta.sid, entry.first), r.encode(sealed.info))
         if entry.packed:
             _count_slice(state, batch, meta, sealed.info)
         for producer_id, after in sealed.producers.items():
@@ -298,7 +300,7 @@ def _bring_back_sealed(
         meta.tail = max(meta.tail, hi)
         meta.touched_at = max(meta.touched_at, entry.max_append_time)  # its TTL counts from its last append
         done.segments_after += 1
-        done.records_after += sealed.records
+        done.records_after += sum(1 for start in sealed.info.record_starts() if start >= lo)  # not a merge's older ones
         done.bytes_after += hi - lo
         done.last_sealed_at = max(done.last_sealed_at, entry.max_append_time)
     if meta.tiered == written:
@@ -307,6 +309,43 @@ def _bring_back_sealed(
     batch.delete_range(r.DATA, r.data_key(meta.sid, evicted_from), r.data_key(meta.sid, meta.evicted))
     batch.put(r.STREAMS, r.sid_key(meta.sid), r.encode(meta))
     state.write(batch)
+
+
+def _merged_across(state: KV, meta: r.StreamMeta, found: catalog.StreamEntries) -> catalog.Entry | None:
+    """A segment merged after the backup from some of the segments it records and later ones: it
+    starts before the backup's tiered offset and ends past it, and the backup's segments tile
+    [its start, tiered offset) exactly. None if there is none (the chain ends there)."""
+    for entry in found.entries:
+        if not meta.fork_pos <= entry.first < meta.tiered < entry.next:
+            continue
+        pos = entry.first
+        for _, raw in state.scan(r.SEGMENTS, r.data_key(meta.sid, entry.first), r.data_key(meta.sid, meta.tiered)):
+            segment = r.decode_segment(raw)
+            if segment.lo != pos:
+                break
+            pos = segment.hi
+        else:
+            if pos == meta.tiered and pos > entry.first:
+                return entry
+    return None
+
+
+def _drop_merged(state: KV, batch: Batch, meta: r.StreamMeta, first: int) -> None:
+    """Drops the backup's records of the segments a merge replaced, from `first` to its tiered offset;
+    a pack slice among them counts down its pack (the objects stay: the old history's backups name them)."""
+    start, end = r.data_key(meta.sid, first), r.data_key(meta.sid, meta.tiered)
+    for _, raw in state.scan(r.SEGMENTS, start, end):
+        segment = r.decode_segment(raw)
+        if not segment.packed:
+            continue
+        key = segment.key.encode()
+        pack = state.get(r.PACKS, key)
+        if pack is not None:
+            info = r.decode_pack(pack)
+            info.live -= 1
+            batch.put(r.PACKS, key, r.encode(info))
+        batch.delete(r.PACKED, r.packed_key(segment.key, meta.sid, segment.lo))
+    batch.delete_range(r.SEGMENTS, start, end)
 
 
 def _count_slice(state: KV, batch: Batch, meta: r.StreamMeta, info: r.SegmentInfo) -> None:

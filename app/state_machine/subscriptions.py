@@ -38,8 +38,8 @@ from app.state_machine.commands import (
     Wake,
 )
 from app.state_machine.coverage import Scope
-from app.state_machine.reader import is_boundary
 from app.state_machine.glob import PatternRejected, validate_pattern
+from app.state_machine.reader import is_boundary
 from app.state_machine.table import StreamTable
 
 # Subscriptions with a pattern in one bucket: each stream created in it is matched against them all,

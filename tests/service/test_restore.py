@@ -162,6 +162,35 @@ def test_nothing_is_written_over_a_node_or_from_an_empty_store(
     assert not (tmp_path / "other" / "state").exists()
 
 
+def test_segments_merged_across_the_backups_tiered_offset_come_back(tmp_path: Path) -> None:
+    """Small segments are merged after the backup, two it records with two sealed after it: no entry
+    starts at the backup's tiered offset any more. The merged segment takes the place of the
+    backup's two, and it and the segment sealed after it come back (they were all lost)."""
+    h, store = TH(), FileStore(tmp_path / "cold")
+    h.create("s", body=b"a0;")
+    _seal(h, store, "s")
+    h.append("s", b"a1;")
+    _seal(h, store, "s")
+    index = _back_up(h, store, T0 + 1000)
+    for body in (b"b2;", b"b3;"):
+        h.append("s", body)
+        _seal(h, store, "s")
+    assert h.one(h.merge_cmd("s", 0, h.m("s").tiered)).code.name == "OK"
+    h.append("s", b"b4;")
+    _seal(h, store, "s")  # its manifest lists the merged segment, then this one
+    done = restore(store, tmp_path / "node")
+    assert (done.index, done.segments_after, done.records_after, done.bytes_after) == (index, 2, 3, 9)
+    machine = StateMachine(RocksKV(tmp_path / "node" / "state", r.COLUMN_FAMILIES))
+    try:
+        objects = {key: store.get(key) for key in store.list("") if key.endswith(".parquet")}
+        assert _content(machine, objects, "s") == b"a0;a1;b2;b3;b4;"
+        meta = machine.lookup(B, "s")
+        assert meta is not None
+        assert [(seg.lo, seg.hi) for seg in machine.segments(meta.sid, 0, meta.tiered)] == [(0, 12), (12, 15)]
+    finally:
+        machine.kv.close()
+
+
 def test_a_segment_that_is_not_what_the_manifest_names_stops_the_chain(
     world: tuple[TH, FileStore, int], tmp_path: Path
 ) -> None:

@@ -121,8 +121,9 @@ def test_a_failing_store_is_retried_later_and_counted(tmp_path: Path, monkeypatc
 
 
 def test_a_backup_uploaded_but_not_listed_holds_every_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first backup lands in an empty store, then the pruning's listing fails: the floor must not stay None (which lets the collector delete every released object,
-    some of which the new backup names) but hold everything until the store is listed again."""
+    """The first backup lands in an empty store, then the pruning's listing fails: the floor must not
+    stay None (which lets the collector delete every released object, some of which the new backup
+    names) but hold everything until the store is listed again."""
     h, leader, backups, store = _backups(tmp_path)
     asyncio.run(backups.begin_leading(leader.now))
     assert backups.floor() is None  # an empty store: nothing held
