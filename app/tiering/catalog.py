@@ -182,6 +182,8 @@ def _read_manifest(
     entries = _from_manifest(posixpath.dirname(key), manifest)
     if entries is None:
         raise ValueError("an entry names an object outside the stream's directory and its bucket's packs")
+    if not entries:  # emptied when its stream was dropped: it speaks for no stream
+        return
     name = (manifest.bucket, manifest.stream)
     at = found.setdefault(name, StreamEntries(*name, manifest.content_type))
     at.content_type, at.manifest = manifest.content_type, key

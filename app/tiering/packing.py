@@ -142,14 +142,16 @@ class Packer:
         try:
             for key in [key for key, _ in self.machine.packs()] if everything else sorted(changed):
                 info = self.machine.pack(key)
-                if info is None or info.live <= 0:
+                if info is None:  # deleted, index and all
                     self._indexes.pop(key, None)
                     continue
-                if self._indexes.get(key) == info.live:
+                if self._indexes.get(key) == max(info.live, 0):
                     continue
+                # With no live slice left it is written once with none: until the collector deletes it
+                # (after the next backup), catalog readers would take its slices for live streams'.
                 index = await blocking.run("tiering", self._index, key, info)
                 await blocking.run("tiering", self.store.put, pack_index_of(key), index.to_json())
-                self._indexes[key] = info.live
+                self._indexes[key] = max(info.live, 0)
         except BaseException:
             self._index_all = everything
             self._reindex.update(changed)  # the pass stopped (an outage): what it did not reach waits

@@ -24,6 +24,7 @@ from typing import Any
 
 from app.counters.histogram import Histogram
 from app.domain.errors import ProtocolError
+from app.domain.media import DEFAULT_CONTENT_TYPE
 from app.domain.offsets import format_offset
 from app.runtime import blocking
 from app.state_machine import records as r
@@ -59,6 +60,9 @@ class TieringWorker:
         # name -> ((sid, tiered, earliest) as its published manifest shows them, the manifest's key)
         self._published: dict[tuple[str, str], tuple[tuple[int, int, int], str]] = {}
         self._published_at: dict[str, tuple[str, str]] = {}  # a manifest's key -> the name it was published for
+        # Manifests of streams dropped since they were published: emptied at once, so that catalog readers
+        # (Spark, restore) stop listing what the collector deletes only after the next backup.
+        self._to_empty: dict[str, tuple[str, str]] = {}
         self._publish_all = True  # a new term checks every stream's manifest once
         self._republish: set[int] = set()  # sids whose manifest must be written again though they did not change
         # Streams (by sid) and queued deletions (by key) that failed on their own, and when to retry.
@@ -321,6 +325,16 @@ class TieringWorker:
         self._republish = set()
         todo: Iterable[int] = list(streams) if everything else sorted(changed)
         try:
+            while self._to_empty:  # first: a stream of the same name publishes over it below
+                emptied, (bucket, stream) = next(iter(self._to_empty.items()))
+                empty = seg.Manifest(bucket, stream, DEFAULT_CONTENT_TYPE).to_json()
+                try:
+                    await blocking.run("tiering", self.store.put, emptied, empty)
+                except Exception as exc:
+                    if stops_a_pass(exc):
+                        raise
+                    log.warning("emptying %.300r failed (the collector deletes it later): %s", emptied, exc)
+                del self._to_empty[emptied]
             for n, sid in enumerate(todo, 1):
                 if n % YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # a pass over every stream lets requests through
@@ -350,10 +364,13 @@ class TieringWorker:
         version, directory = self._version(meta), self._manifest_dir(meta)
         manifest = self._manifest(meta, directory)
         key = f"{directory}/manifest.json"
-        if any(not entry.path.startswith("../") for entry in manifest.segments):
+        # All in packs: the indexes list it, unless a manifest of an earlier stream of the name is still
+        # there (queued for deletion), which catalog readers would take over the indexes.
+        own = any(not entry.path.startswith("../") for entry in manifest.segments)
+        if own or self.machine.queued_for_deletion(key):
             await blocking.run("tiering", self.store.put, key, manifest.to_json())
+            self._published_at[key] = (meta.bucket, meta.name)
         self._published[(meta.bucket, meta.name)] = (version, key)
-        self._published_at[key] = (meta.bucket, meta.name)
 
     def _manifest_dir(self, meta: StreamMeta) -> str:
         """The directory of the stream's own segments: its manifest goes beside them."""
@@ -465,6 +482,12 @@ class TieringWorker:
         if upkeep is not self._upkeep:
             self._upkeep = upkeep
             self._look_again()
+        for sid, bucket, name in removed:
+            published = self._published.get((bucket, name))
+            if published is not None and published[0][0] == sid:
+                del self._published[(bucket, name)]
+                if published[1] in self._published_at:  # written (a stream all in packs has none)
+                    self._to_empty[published[1]] = (bucket, name)
         hashed = self._hashed
         if hashed is None:
             return
