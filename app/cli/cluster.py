@@ -164,10 +164,18 @@ def up(args: argparse.Namespace) -> None:
                 cmd += ["--tls-cert", str(args.tls_cert), "--tls-key", str(args.tls_key)]
             if args.tls_ca:
                 cmd += ["--tls-ca", str(args.tls_ca)]
-            processes.append(subprocess.Popen(cmd, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)))
+            processes.append(subprocess.Popen(cmd, preexec_fn=lambda: _unblock(stop)))
         _run_until_stopped(args, urls, token, secret_file, stop, processes)
     finally:
         stop_nodes(processes)
+
+
+def _unblock(stop: set[signal.Signals]) -> None:
+    """In a node's child before it runs: a stop already pending ends it here, by the signal's default
+    action (Python's handler would raise KeyboardInterrupt in this function, and Popen with it)."""
+    for signum in stop:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
 
 
 def _run_until_stopped(
