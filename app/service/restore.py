@@ -237,25 +237,34 @@ class _Objects:
         return pq.read_table(io.BytesIO(data), columns=_ROW_COLUMNS)
 
 
-def _read_entry(objects: _Objects, bucket: str, name: str, entry: catalog.Entry) -> _Sealed | None:
+def _read_entry(
+    objects: _Objects, bucket: str, name: str, entry: catalog.Entry, known: tuple[int, int, bytes] | None = None
+) -> _Sealed | None:
     """The entry's records read and checked; None when they are not what the catalog says: another
-    object, another stream's rows, or records that do not tile [entry.first, entry.next)."""
+    object, another stream's rows, records that do not tile [entry.first, entry.next), or, with
+    `known` (the backup's own record at a position: its time and bytes), not that record there."""
     try:
-        return _checked_entry(objects, bucket, name, entry)
+        return _checked_entry(objects, bucket, name, entry, known)
     except Exception:  # noqa: BLE001 - missing, not Parquet, columns of other types: not what the catalog says
         return None
 
 
-def _checked_entry(objects: _Objects, bucket: str, name: str, entry: catalog.Entry) -> _Sealed | None:
+def _checked_entry(
+    objects: _Objects, bucket: str, name: str, entry: catalog.Entry, known: tuple[int, int, bytes] | None
+) -> _Sealed | None:
     table = objects.rows(entry)
     if table is None or table.num_rows != entry.records:
         return None
     if set(table.column("bucket").to_pylist()) != {bucket} or set(table.column("stream").to_pylist()) != {name}:
         return None
     positions, pos = [], entry.first
-    for token, payload in zip(table.column("offset").to_pylist(), table.column("payload").to_pylist(), strict=True):
+    times = table.column("append_time").cast(pa.int64()).to_pylist()
+    rows = zip(table.column("offset").to_pylist(), table.column("payload").to_pylist(), times, strict=True)
+    for token, payload, time in rows:
         if token != format_offset(pos):
             return None
+        if known is not None and pos == known[0] and (time, payload) != (known[1], known[2]):
+            return None  # another stream of the name, made after the backup: not this one's records
         positions.append(pos)
         pos += len(payload)
     if pos != entry.next:
@@ -281,10 +290,19 @@ def _bring_back_sealed(
     evicted_from = meta.evicted
     batch = Batch()
     written = meta.tiered
+    # A stream deleted and made again since has entries of its own from the same offsets: the entry
+    # ending at (or running across) the tiered offset must hold records the backup's stream had, and
+    # the chain's first record must be the backup's first one not sealed then, if it holds one.
+    link = next((entry for entry in found.entries if entry.first < meta.tiered <= entry.next), None)
+    if link is not None and link.min_append_time > done.created_at:
+        done.skipped.append(f"{meta.bucket}/{meta.name}: its segments are another stream's of the name, made later")
+        return
+    known = _local_record(state, meta)
     while (entry := by_start.get(meta.tiered)) is not None or (entry := _merged_across(state, meta, found)):
-        sealed = _read_entry(objects, meta.bucket, meta.name, entry)
+        sealed = _read_entry(objects, meta.bucket, meta.name, entry, known)
+        known = None
         if sealed is None:
-            break  # not the object the catalog names: stop at what is certain
+            break  # not the object the catalog names, or another stream's: stop at what is certain
         if entry.first < meta.tiered:  # it replaces the backup's segments from its start
             _drop_merged(state, batch, meta, entry.first)
         lo, hi = meta.tiered, entry.next
@@ -293,8 +311,8 @@ def _bring_back_sealed(
             _count_slice(state, batch, meta, sealed.info)
         for producer_id, after in sealed.producers.items():
             key = r.producer_key(meta.sid, producer_id)
-            known = state.get(r.PRODUCERS, key)
-            if known is None or r.decode_producer(known).next_pos < after.next_pos:  # only what is newer
+            held = state.get(r.PRODUCERS, key)
+            if held is None or r.decode_producer(held).next_pos < after.next_pos:  # only what is newer
                 batch.put(r.PRODUCERS, key, r.encode(after))
         meta.tiered = meta.evicted = hi
         meta.tail = max(meta.tail, hi)
@@ -309,6 +327,14 @@ def _bring_back_sealed(
     batch.delete_range(r.DATA, r.data_key(meta.sid, evicted_from), r.data_key(meta.sid, meta.evicted))
     batch.put(r.STREAMS, r.sid_key(meta.sid), r.encode(meta))
     state.write(batch)
+
+
+def _local_record(state: KV, meta: r.StreamMeta) -> tuple[int, int, bytes] | None:
+    """(position, append time, bytes) of the backup's record at its tiered offset, if it holds one."""
+    if meta.tail <= meta.tiered:
+        return None
+    raw = state.get(r.DATA, r.data_key(meta.sid, meta.tiered))
+    return None if raw is None else (meta.tiered, r.record_time(raw), bytes(r.record_payload(raw)))
 
 
 def _merged_across(state: KV, meta: r.StreamMeta, found: catalog.StreamEntries) -> catalog.Entry | None:
@@ -359,7 +385,10 @@ def _count_slice(state: KV, batch: Batch, meta: r.StreamMeta, info: r.SegmentInf
     batch.put(r.PACKED, r.packed_key(info.key, meta.sid, info.lo), b"")
 
 
-_ROW_COLUMNS = ["bucket", "stream", "offset", "next_offset", "producer_id", "producer_epoch", "producer_seq", "payload"]
+_ROW_COLUMNS = [
+    "bucket", "stream", "offset", "next_offset", "append_time", "producer_id", "producer_epoch", "producer_seq",
+    "payload",
+]  # fmt: skip
 
 
 def _producers(table: pa.Table) -> dict[str, r.ProducerState]:
