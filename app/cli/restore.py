@@ -70,6 +70,10 @@ def main(args: argparse.Namespace) -> None:
     if done.unknown_streams:
         shown = ", ".join(done.unknown_streams[:10]) + (" ..." if len(done.unknown_streams) > 10 else "")
         print(f"  not restored: {len(done.unknown_streams)} forks created after the backup ({shown})")
+    for problem in done.skipped[:10]:
+        print(f"  skipped: {problem}")
+    if len(done.skipped) > 10:
+        print(f"  skipped: {len(done.skipped) - 10} more")
     print(f"start it with: {serve_command(args)}")
 
 

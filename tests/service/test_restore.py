@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,6 +227,9 @@ def test_a_stream_deleted_and_made_again_after_the_backup_is_not_joined_to_it(tm
     done = restore(store, tmp_path / "node")
     assert _restored(store, tmp_path / "node", "sealed", "local", "same") == [b"AAAAA", b"L1;", b"S1;S2;"]
     assert any("sealed" in problem for problem in done.skipped)
+    cli = [sys.executable, "-m", "app.cli", "restore", "--from", (tmp_path / "cold").as_uri()]
+    said = subprocess.run([*cli, "--data-dir", str(tmp_path / "by-cli")], capture_output=True, text=True, check=True)
+    assert f"skipped: {B}/sealed: its segments are another stream's" in said.stdout
 
 
 def test_a_segment_that_is_not_what_the_manifest_names_stops_the_chain(
