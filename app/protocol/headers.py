@@ -50,7 +50,7 @@ def parse_expires_at(value: str | None) -> int | None:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
-_LATEST_EXPIRY_MS = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH) // _MS
+_LATEST_EXPIRY_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // _MS
 
 
 def format_expires_at(ms: int) -> str:
