@@ -124,8 +124,6 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     if body:
         if content_type is None:
             raise bad_request("Content-Type is required to append", "missing_content_type")
-        if media_type(content_type) == JSON:
-            body = json_record(body, allow_empty=False)
     elif not close:
         raise bad_request("an append needs a body (or Stream-Closed: true)", "empty_body")
     _require_bucket(engine, target)
@@ -142,6 +140,10 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     del body  # the engine drops the command's reference once the entry holds the bytes
     if rules.append_refusal(engine.table, command, engine.now_ms()) is not None:  # the hot path checks once
         await refuse_early(engine, lambda: rules.append_refusal(engine.table, command, engine.now_ms()))
+    # After the refusals, which look only at whether there is a body: as in the reference server, a
+    # missing or closed stream, or one of another content type, is answered so whatever the body holds.
+    if command.body and media_type(command.content_type or "") == JSON:
+        command.body = memoryview(json_record(command.body, allow_empty=False))
     outcome = await engine.submit(command)
     raise_for(outcome)
     return Reply(200 if outcome.fresh_producer else 204, write_headers(outcome))

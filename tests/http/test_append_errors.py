@@ -17,7 +17,11 @@ def test_post_content_type_mismatch_is_409(client: httpx.Client, path: str) -> N
     assert_error(client.post(path, headers=JSON_CT, content=b'{"x":1}'), 409)
     assert_error(client.post(path, headers=BINARY, content=b"bin"), 409)
     assert_error(client.post(path, headers={**JSON_CT, **producer("p", 0, 0)}, content=b'{"x":1}'), 409)
+    # Whatever the JSON body holds: the stream's content type is checked first, as the reference does.
+    for body in (b"{not json", b"[]", b"\xff"):
+        assert_error(client.post(path, headers=JSON_CT, content=body), 409)
     assert_unchanged(client, path, b"text")
+    assert_error(client.post(path + "-missing", headers=JSON_CT, content=b"{not json"), 404)
     # Case and parameters do not matter.
     assert client.post(path, headers={"content-type": "TEXT/PLAIN; charset=utf-8"}, content=b"!").status_code == 204
     assert_unchanged(client, path, b"text!")
