@@ -343,7 +343,13 @@ async def _ack(engine: Engine, call: Call, t: ControlTarget) -> Reply:
     done = body.done or t.kind == "release"
     command = Ack(t.bucket, t.root, t.sub_id, body.wake_id, body.generation, token_digest(token.strip()), acks, done)
     table = engine.table
-    await _refuse_early(engine, lambda: rules.ack_refusal(engine.table, command, engine.now_ms()))
+    await _refuse_early(
+        engine,
+        lambda: (
+            rules.ack_refusal(engine.table, command, engine.now_ms())
+            or rules.ack_boundary_refusal(engine.table, command)
+        ),
+    )
     if rules.ack_changes(table, command, engine.now_ms()):
         outcome = await engine.submit(command)
         _raise(outcome)

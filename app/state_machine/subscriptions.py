@@ -268,12 +268,22 @@ def ack_refusal(table: StreamTable, cmd: Ack, now: int) -> Outcome | None:
         sid = table.names.get((sub.bucket, stream_name(sub, path)))
         if sid is None or not links(table, sub, path):
             return Outcome(Code.NOT_FOUND, f"{path!r} is not one of the subscription's streams", subscription=sub)
-        meta = table.streams[sid]
-        if pos > meta.tail:
+        if pos > table.streams[sid].tail:
             return Outcome(Code.BEYOND_TAIL, f"{path!r} has no position {pos} yet", subscription=sub)
-        # The next worker resumes from this offset: inside a JSON message it could not read from it.
-        # Below `earliest` the record may be gone, and so its boundaries: a read there is answered 410.
-        if meta.json and pos >= meta.earliest and not is_boundary(table, meta, pos):
+    return None
+
+
+def ack_boundary_refusal(table: StreamTable, cmd: Ack) -> Outcome | None:
+    """An ack inside a JSON message, refused before it is proposed: the next worker resumes from the
+    offset and could not read from it. Not an apply rule: acks that earlier versions applied replay
+    alike. Below `earliest` the record may be gone, and its boundaries with it (a read answers 410)."""
+    sub = find(table, cmd.bucket, cmd.root, cmd.id)
+    if sub is None:
+        return None
+    for path, pos in cmd.acks:
+        sid = table.names.get((sub.bucket, stream_name(sub, path)))
+        meta = table.streams.get(sid) if sid is not None else None
+        if meta is not None and meta.json and meta.earliest <= pos <= meta.tail and not is_boundary(table, meta, pos):
             return Outcome(Code.NOT_BOUNDARY, f"{pos} is not a message boundary of {path!r}", subscription=sub)
     return None
 
