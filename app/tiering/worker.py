@@ -329,7 +329,10 @@ class TieringWorker:
                 emptied, (bucket, stream) = next(iter(self._to_empty.items()))
                 empty = seg.Manifest(bucket, stream, DEFAULT_CONTENT_TYPE).to_json()
                 try:
-                    await blocking.run("tiering", self.store.put, emptied, empty)
+                    # Only while it waits for the collector: once collected, or taken back by a stream of
+                    # the name that sealed a segment of its own, it is not the dropped stream's any more.
+                    if self.machine.queued_for_deletion(emptied):
+                        await blocking.run("tiering", self.store.put, emptied, empty)
                 except Exception as exc:
                     if stops_a_pass(exc):
                         raise
@@ -508,6 +511,7 @@ class TieringWorker:
         upkeep.take_retention()
         upkeep.take_names()
         self._publish_all, self._hashed = True, None
+        self._to_empty.clear()  # the queue of deletions says what is still to empty; a new term empties none
         self.retention.forget()
         self.packer.forget()
 

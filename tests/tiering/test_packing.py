@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.state_machine.commands import Code, ForgetObjects
 from app.state_machine.reader import ColdMiss
 from app.state_machine.records import SegmentInfo
 from app.tiering import catalog
@@ -205,6 +206,19 @@ def test_a_dropped_streams_manifest_is_emptied_at_once(held: Packing) -> None:
     held.h.delete("s")
     held.run()
     assert seg.manifest_key(B, "s") in held.objects() and _cold_bytes(held, "s") is None
+
+
+def test_a_manifest_no_longer_queued_for_deletion_is_not_emptied(held: Packing) -> None:
+    """A dropped stream's manifest is emptied only while it waits for the collector: once collected
+    (by another leader, say) writing it would leave an object nothing deletes."""
+    held.write("s", b"OLD-STREAM-DATA")
+    held.run()
+    key = seg.manifest_key(B, "s")
+    held.h.delete("s")
+    held.store.delete(key)  # collected meanwhile
+    assert held.h.one(ForgetObjects([key])).code is Code.OK
+    held.run()
+    assert key not in held.objects()
 
 
 def test_a_stream_made_again_in_packs_writes_over_an_earlier_streams_manifest(held: Packing) -> None:
