@@ -37,6 +37,7 @@ from app.domain.offsets import format_offset
 from app.raft.messages import HardState
 from app.state_machine import backup
 from app.state_machine import records as r
+from app.state_machine.cold_tier import pack_index_of
 from app.state_machine.export import Pair, load
 from app.state_machine.table import BUILTIN_BUCKETS
 from app.storage.kv import KV, Batch
@@ -161,7 +162,7 @@ def _restore_state(
         for meta in metas:
             _evict_what_was_left_out(state, meta)
             if not meta.deleted:
-                _bring_back_sealed(objects, state, meta, done, found.get((meta.bucket, meta.name)))
+                _bring_back_sealed(objects, state, meta, done, found.get((meta.bucket, meta.name)), start + 1)
         _bring_back_new_streams(objects, state, done, found, packs_in_backup)
         state.sync_wal()
         return done
@@ -282,8 +283,10 @@ def _bring_back_sealed(
     meta: r.StreamMeta,
     done: Restored,
     found: catalog.StreamEntries | None,
+    released: int = 0,
 ) -> None:
-    """Records the stream's segments and slices sealed after the backup, in order from its tiered offset."""
+    """Records the stream's segments and slices sealed after the backup, in order from its tiered offset;
+    what a merge replaced is queued for deletion as released at index `released`."""
     if found is None:
         return
     by_start = {entry.first: entry for entry in found.entries}
@@ -304,7 +307,7 @@ def _bring_back_sealed(
         if sealed is None:
             break  # not the object the catalog names, or another stream's: stop at what is certain
         if entry.first < meta.tiered:  # it replaces the backup's segments from its start
-            _drop_merged(state, batch, meta, entry.first)
+            _drop_merged(state, batch, meta, entry.first, released)
         lo, hi = meta.tiered, entry.next
         batch.put(r.SEGMENTS, r.data_key(meta.sid, entry.first), r.encode(sealed.info))
         if entry.packed:
@@ -356,13 +359,16 @@ def _merged_across(state: KV, meta: r.StreamMeta, found: catalog.StreamEntries) 
     return None
 
 
-def _drop_merged(state: KV, batch: Batch, meta: r.StreamMeta, first: int) -> None:
-    """Drops the backup's records of the segments a merge replaced, from `first` to its tiered offset;
-    a pack slice among them counts down its pack (the objects stay: the old history's backups name them)."""
+def _drop_merged(state: KV, batch: Batch, meta: r.StreamMeta, first: int, released: int) -> None:
+    """Drops the backup's records of the segments a merge replaced, from `first` to its tiered offset,
+    and queues what nothing holds any more for deletion, as released at index `released`: the
+    collector keeps it until the restored cluster's first backup (a pack slice counts down its pack)."""
     start, end = r.data_key(meta.sid, first), r.data_key(meta.sid, meta.tiered)
+    when = r.U64.pack(released)
     for _, raw in state.scan(r.SEGMENTS, start, end):
         segment = r.decode_segment(raw)
         if not segment.packed:
+            batch.put(r.GC_QUEUE, segment.key.encode(), when)
             continue
         key = segment.key.encode()
         pack = state.get(r.PACKS, key)
@@ -370,6 +376,9 @@ def _drop_merged(state: KV, batch: Batch, meta: r.StreamMeta, first: int) -> Non
             info = r.decode_pack(pack)
             info.live -= 1
             batch.put(r.PACKS, key, r.encode(info))
+            if info.live <= 0:
+                batch.put(r.GC_QUEUE, key, when)
+                batch.put(r.GC_QUEUE, pack_index_of(segment.key).encode(), when)
         batch.delete(r.PACKED, r.packed_key(segment.key, meta.sid, segment.lo))
     batch.delete_range(r.SEGMENTS, start, end)
 

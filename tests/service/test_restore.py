@@ -174,6 +174,7 @@ def test_segments_merged_across_the_backups_tiered_offset_come_back(tmp_path: Pa
     h.append("s", b"a1;")
     _seal(h, store, "s")
     index = _back_up(h, store, T0 + 1000)
+    replaced = [segment.key for segment in h.sm.segments(h.m("s").sid, 0, h.m("s").tiered)]
     for body in (b"b2;", b"b3;"):
         h.append("s", body)
         _seal(h, store, "s")
@@ -189,6 +190,9 @@ def test_segments_merged_across_the_backups_tiered_offset_come_back(tmp_path: Pa
         meta = machine.lookup(B, "s")
         assert meta is not None
         assert [(seg.lo, seg.hi) for seg in machine.segments(meta.sid, 0, meta.tiered)] == [(0, 12), (12, 15)]
+        # What the merge replaced is the collector's, once the restored cluster has a backup of its own.
+        queued = {key.decode(): r.U64.unpack(at)[0] for key, at in machine.kv.scan(r.GC_QUEUE, b"")}
+        assert len(replaced) == 2 and {key: queued.get(key) for key in replaced} == dict.fromkeys(replaced, index + 1)
     finally:
         machine.kv.close()
 
