@@ -293,11 +293,14 @@ def _bring_back_sealed(
     evicted_from = meta.evicted
     batch = Batch()
     written = meta.tiered
-    # A stream deleted and made again since has entries of its own from the same offsets: the entry
-    # ending at (or running across) the tiered offset must hold records the backup's stream had, and
-    # the chain's first record must be the backup's first one not sealed then, if it holds one.
+    # A stream deleted and made again since has entries of its own from the same offsets: they must be
+    # of the backup's content type; the entry ending at (or running across) the tiered offset must hold
+    # a record as old as the backup's last sealed one (a later stream's are all younger); and the chain's
+    # first record must be the backup's first one not sealed then, if it holds one.
     link = next((entry for entry in found.entries if entry.first < meta.tiered <= entry.next), None)
-    if link is not None and link.min_append_time > done.created_at:
+    last = _last_sealed(state, meta)
+    newest = last.max_time if last is not None else done.created_at
+    if found.content_type != meta.content_type or (link is not None and link.min_append_time > newest):
         done.skipped.append(f"{meta.bucket}/{meta.name}: its segments are another stream's of the name, made later")
         return
     known = _local_record(state, meta)
@@ -330,6 +333,15 @@ def _bring_back_sealed(
     batch.delete_range(r.DATA, r.data_key(meta.sid, evicted_from), r.data_key(meta.sid, meta.evicted))
     batch.put(r.STREAMS, r.sid_key(meta.sid), r.encode(meta))
     state.write(batch)
+
+
+def _last_sealed(state: KV, meta: r.StreamMeta) -> r.SegmentInfo | None:
+    """The backup's segment ending at the stream's tiered offset, if it has one."""
+    found = state.floor(r.SEGMENTS, r.data_key(meta.sid, meta.tiered - 1)) if meta.tiered > 0 else None
+    if found is None or not found[0].startswith(r.sid_key(meta.sid)):
+        return None
+    segment = r.decode_segment(found[1])
+    return segment if segment.hi == meta.tiered else None
 
 
 def _local_record(state: KV, meta: r.StreamMeta) -> tuple[int, int, bytes] | None:

@@ -218,8 +218,12 @@ def test_a_stream_deleted_and_made_again_after_the_backup_is_not_joined_to_it(tm
     _seal(h, store, "sealed")
     h.create("local", body=b"L1;")  # not sealed at the backup: a record of its own there
     h.create("same", body=b"S1;")  # the same stream throughout, its local record sealed after the backup
+    h.create("empty", ct="application/json")  # nothing sealed, nothing local: told apart by its content type
     _back_up(h, store, T0 + 1000)
     h.now = T0 + 2000
+    h.delete("empty")
+    h.create("empty", body=b"NEW STREAM, NOT JSON")
+    _seal(h, store, "empty")
     for name, bodies in (("sealed", (b"BBBBB", b"CCC")), ("local", (b"NEW1;", b"NEW2;"))):
         h.delete(name)
         h.create(name, body=bodies[0])
@@ -229,8 +233,9 @@ def test_a_stream_deleted_and_made_again_after_the_backup_is_not_joined_to_it(tm
     h.append("same", b"S2;")
     _seal(h, store, "same")
     done = restore(store, tmp_path / "node")
-    assert _restored(store, tmp_path / "node", "sealed", "local", "same") == [b"AAAAA", b"L1;", b"S1;S2;"]
-    assert any("sealed" in problem for problem in done.skipped)
+    restored = _restored(store, tmp_path / "node", "sealed", "local", "same", "empty")
+    assert restored == [b"AAAAA", b"L1;", b"S1;S2;", b""]
+    assert {problem.split(":")[0] for problem in done.skipped} == {f"{B}/sealed", f"{B}/empty"}
     cli = [sys.executable, "-m", "app.cli", "restore", "--from", (tmp_path / "cold").as_uri()]
     said = subprocess.run([*cli, "--data-dir", str(tmp_path / "by-cli")], capture_output=True, text=True, check=True)
     assert f"skipped: {B}/sealed: its segments are another stream's" in said.stdout
