@@ -36,6 +36,8 @@ def parse_attrs(raw: bytes) -> bytes:
     except UnicodeDecodeError:  # msgspec raises it, not DecodeError, for bad UTF-8 inside a string
         raise bad_request("attributes must be JSON in valid UTF-8", "invalid_attrs") from None
     canonical = _encoder.encode(attrs)
+    if len(canonical) > MAX_ATTRS_BYTES:  # what is stored: `1E15` is stored as `1000000000000000.0`
+        raise bad_request(f"attributes exceed {MAX_ATTRS_BYTES} bytes once stored", "attrs_too_large")
     return b"" if canonical == b"{}" else canonical
 
 

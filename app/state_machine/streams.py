@@ -160,6 +160,17 @@ def append_refusal(table: StreamTable, cmd: Append, now: int) -> Outcome | None:
     return None
 
 
+def is_duplicate(table: StreamTable, cmd: Append, now: int) -> bool:
+    """Whether `cmd` is a producer's retry of an append already applied: it adds nothing."""
+    if cmd.producer is None or cmd.bucket not in table.buckets:
+        return False
+    meta = present(table, cmd.bucket, cmd.stream, now, cmd.touched)
+    if isinstance(meta, Outcome):
+        return False
+    refused = refusal(table, meta, cmd.producer)
+    return refused is not None and refused.code is Code.DUPLICATE
+
+
 def delete_refusal(table: StreamTable, cmd: DeleteStream, now: int) -> Outcome | None:
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)

@@ -80,6 +80,19 @@ def test_attrs_up_to_16_kib(client: httpx.Client, path: str) -> None:
     assert client.get(f"{path}/attrs").json() == json.loads(attrs_of_size(16 * 1024))
 
 
+def test_attrs_that_grow_past_16_kib_when_stored_are_400(client: httpx.Client, path: str) -> None:
+    """The limit is on what is stored: `1E15` (4 bytes) is stored as `1000000000000000.0` (18), so
+    16 KiB of them stored about 62 KB."""
+    create(client, path)
+    numbers = b"[" + b",".join([b"1E15"] * 3200) + b"]"
+    body = b'{"metadata":{"n":' + numbers + b"}}"
+    assert len(body) <= 16 * 1024
+    resp = client.put(f"{path}/attrs", content=body)
+    assert_error(resp, 400)
+    assert resp.json()["error"]["code"] == "attrs_too_large"
+    assert client.get(f"{path}/attrs").json() == {}
+
+
 def test_attrs_well_over_16_kib_are_400(client: httpx.Client, path: str) -> None:
     create(client, path)
     assert_error(client.put(f"{path}/attrs", content=attrs_of_size(20_000)), 400)
