@@ -82,7 +82,13 @@ class PackSlices:
         if s.row + s.records > table.num_rows:
             raise ValueError(f"pack {s.key} has no rows {s.row}..{s.row + s.records} in row group {s.group}")
         piece = table.slice(s.row, s.records)
-        if "offset" in piece.column_names and piece["offset"][0].as_py() != s.first_offset:
+        names = piece.column_names
+        theirs = (
+            ("offset" in names and piece["offset"][0].as_py() != s.first_offset)
+            or ("next_offset" in names and piece["next_offset"][-1].as_py() != s.next_offset)
+            or ("stream" in names and not pc.all(pc.equal(piece["stream"], s.stream)).as_py())
+        )  # an index that overstates a slice's rows would hand out the next stream's
+        if theirs:
             raise ValueError(f"rows {s.row}.. of row group {s.group} of pack {s.key} are not {s.stream}'s slice")
         return piece
 
@@ -95,9 +101,25 @@ def planned_tables(
     slices = PackSlices(store_for(opts))
     for s in planned:
         if s.packed:
-            yield slices.rows(s, columns)
+            yield _kept(slices.rows(s, columns), s)
         else:
-            yield from segment_tables(segment_bytes(opts, s.key), bounds, columns)
+            data = segment_bytes(opts, s.key)
+            try:
+                for table in segment_tables(data, bounds, columns):
+                    yield _kept(table, s)
+            except (pa.ArrowException, OSError) as exc:  # not Parquet, or cut short: name the object
+                raise ValueError(f"segment {s.key} listed in its manifest cannot be read: {exc}") from exc
+
+
+def _kept(table: pa.Table, s: PlannedSegment) -> pa.Table:
+    """The rows of the entry's own range [first, next) (a manifest may list one object for two), from
+    `keep_from` on (what retention kept)."""
+    if "offset" not in table.column_names:
+        return table
+    lo = max(s.first_offset, s.keep_from)
+    offsets = table["offset"]
+    mask = pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, s.next_offset))
+    return table if pc.all(mask).as_py() else table.filter(mask)
 
 
 def restrict(table: pa.Table, bounds: Bounds, schema: pa.Schema) -> Iterator[pa.RecordBatch]:

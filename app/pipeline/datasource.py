@@ -22,13 +22,13 @@ from pyspark.sql.types import StructField, StructType
 
 from app.domain.offsets import format_offset
 from app.pipeline.cold import read_planned, restrict, segments_between
-from app.pipeline.hot import list_tails, read_range
+from app.pipeline.hot import list_streams, read_range
 from app.pipeline.messages import VALUE, with_ordinal
 from app.pipeline.options import STREAM_ONLY, ReadOptions, narrow
 from app.pipeline.planning import PlannedSegment, hot_ranges, pack, plan_streams
 from app.pipeline.sink import RillStreamWriter, RillWriter, SinkOptions
 from app.pipeline.streaming import stream_reader
-from app.tiering.segment import SCHEMA
+from app.tiering.segment import SCHEMA, offset_of
 
 # The segments' columns, and each message's place in its append (see app/pipeline/messages.py).
 SPARK_SCHEMA: StructType = from_arrow_schema(with_ordinal(SCHEMA))
@@ -50,6 +50,23 @@ class HotPartition(sds.InputPartition):
     hi: int
 
 
+def _as_the_server_has_them(
+    segments: list[PlannedSegment], spans: dict[str, tuple[int, int]], live: dict[str, tuple[int, int]]
+) -> tuple[list[PlannedSegment], dict[str, tuple[int, int]]]:
+    """The planned entries of the streams the server lists, from where retention keeps them: a deleted
+    stream's entries stay in the catalog while forks read through them, and a segment may hold records
+    retention removed since."""
+    kept = []
+    for s in segments:
+        if s.stream not in live:
+            continue
+        first = live[s.stream][0]
+        if offset_of(s.next_offset) <= first:
+            continue
+        kept.append(replace(s, keep_from=format_offset(first)) if offset_of(s.first_offset) < first else s)
+    return kept, {name: span for name, span in spans.items() if name in live}
+
+
 class RillReader(sds.DataSourceReader):
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
@@ -66,10 +83,14 @@ class RillReader(sds.DataSourceReader):
         opts = self.opts
         # The tails first: a segment or slice tiered after the listing then shows up in the catalog
         # too, and its records are read from it rather than skipped.
-        tails = {} if opts.server is None else list_tails(opts.server, opts.bucket, opts.stream, opts.prefix)
+        live = {} if opts.server is None else list_streams(opts.server, opts.bucket, opts.stream, opts.prefix)
         segments, spans = plan_streams(opts, self.bounds)
+        if opts.server is not None:
+            segments, spans = _as_the_server_has_them(segments, spans, live)
         runs = pack(segments, opts.max_partition_bytes, opts.min_partitions)
-        hot = hot_ranges(tails, spans, self.bounds)
+        tails = {name: tail for name, (_, tail) in live.items()}
+        hot = [(name, max(lo, live[name][0]), hi) for name, lo, hi in hot_ranges(tails, spans, self.bounds)]
+        hot = [(name, lo, hi) for name, lo, hi in hot if lo < hi]
         return [*(SegmentGroup(run) for run in runs), *(HotPartition(*where) for where in hot)]
 
     def read(self, partition: sds.InputPartition) -> Iterator[pa.RecordBatch | tuple[Any, ...]]:

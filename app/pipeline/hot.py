@@ -67,7 +67,12 @@ def refused(response: httpx.Response, what: str) -> ServerError:
 
 def list_tails(server: Server, bucket: str, stream: str | None, prefix: str | None) -> dict[str, int]:
     """Each selected stream's tail position, from the server's listing; a missing bucket or stream raises."""
-    tails: dict[str, int] = {}
+    return {name: tail for name, (_, tail) in list_streams(server, bucket, stream, prefix).items()}
+
+
+def list_streams(server: Server, bucket: str, stream: str | None, prefix: str | None) -> dict[str, tuple[int, int]]:
+    """Each selected live stream's earliest retained position and tail, from the server's listing."""
+    tails: dict[str, tuple[int, int]] = {}
     after = ""
     with server.client() as http:
         while True:
@@ -80,7 +85,9 @@ def list_tails(server: Server, bucket: str, stream: str | None, prefix: str | No
             page = response.json()
             for entry in page["streams"]:
                 if stream is None or entry["name"] == stream:
-                    tails[entry["name"]] = offset_of(entry["next_offset"])
+                    # A server from before `earliest_offset` has retention's bound in HEAD only: 0 here.
+                    first = offset_of(entry["earliest_offset"]) if "earliest_offset" in entry else 0
+                    tails[entry["name"]] = (first, offset_of(entry["next_offset"]))
             if not page.get("has_more"):
                 break
             after = page["next"]

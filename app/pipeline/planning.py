@@ -10,6 +10,7 @@ it are in app/pipeline/datasource.py.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -22,6 +23,8 @@ from app.tiering import catalog
 from app.tiering import pack as packs
 from app.tiering.keys import manifest_candidates
 from app.tiering.store import ObjectStore, StoreOptions, open_store
+
+log = logging.getLogger("rill.pipeline")
 
 
 @dataclass
@@ -39,6 +42,7 @@ class PlannedSegment:
     size: int = 0  # of the object: a pack is read by ranged GETs up to its end (0: `bytes`)
     group: int = -1
     row: int = 0
+    keep_from: str = ""  # rows below it are dropped: retention removed them (a segment may straddle it)
 
     @property
     def packed(self) -> bool:
@@ -92,7 +96,10 @@ def _streams(store: ObjectStore, opts: ReadOptions, b: Bounds) -> list[catalog.S
         keys = _named(store, opts.bucket, sorted(s for s in b.streams if s.startswith(prefix)))
     else:
         keys = _listed(store, opts)
-    found = catalog.read(store, keys)
+    problems: list[str] = []
+    found = catalog.read(store, keys, problems)
+    for problem in problems:  # the rest of the read goes on: the server, if any, serves what is left out
+        log.warning("the catalog's %s is left out of the read: %s", opts.bucket, problem)
     return [
         entries
         for (bucket, name), entries in sorted(found.items())

@@ -132,6 +132,7 @@ def _describe(engine: Engine, call: Call, bucket: str) -> Reply:
                 "name": meta.name,
                 "content_type": meta.content_type,
                 "next_offset": format_offset(meta.tail),
+                "earliest_offset": format_offset(meta.earliest),
                 "closed": meta.closed,
                 "created_at": format_expires_at(meta.created_at),
             }

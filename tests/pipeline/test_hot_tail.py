@@ -204,3 +204,32 @@ def test_a_fork_reads_what_it_inherited_from_its_sources_segments(
     assert [bytes(r["payload"]) for r in rows] == source[:cut] + own
     assert {r["stream"] for r in rows} == {"fk-fork"}
     assert b"".join(bytes(r["payload"]) for r in rows) == read_http(fork)
+
+
+def test_a_read_holds_what_the_server_serves_not_a_deleted_source_nor_what_retention_removed(
+    spark: Any, moto_s3: MotoS3, node: RillProcess
+) -> None:
+    """A deleted stream's segments stay in the store while a fork reads them, and a segment may hold
+    records retention removed since: a read with a server returned both (the deleted source's rows
+    in a prefix read, the trimmed records of a stream), which the server serves neither of."""
+    source = payloads(70, start=5000)
+    source_url = make_stream(node, "rtd-src", source)
+    wait_for_tiering(moto_s3, "rtd-src", 4096)
+    starts = [sum(map(len, source[:i])) for i in range(len(source))]
+    headers = {**OCTET, "stream-forked-from": f"/ds/{BUCKET}/rtd-src", "stream-fork-offset": format_offset(starts[10])}
+    assert httpx.put(f"{node.url}/ds/{BUCKET}/rtd-fork", headers=headers).status_code == 201
+    assert httpx.delete(source_url).status_code == 204
+    df = spark.read.format("rill").options(**spark_options(moto_s3, node, prefix="rtd-")).load()
+    got = df.orderBy("stream", "offset").collect()
+    assert {r["stream"] for r in got} == {"rtd-fork"}
+    assert [bytes(r["payload"]) for r in got] == source[:10]
+
+    kept = payloads(70, start=6000)
+    url = make_stream(node, "rtt-trimmed", kept)
+    wait_for_tiering(moto_s3, "rtt-trimmed", 4096)
+    cut = sum(map(len, kept[:3]))  # inside the first segment
+    assert httpx.put(f"{url}/retention/{format_offset(cut)}").status_code == 204
+    df = spark.read.format("rill").options(**spark_options(moto_s3, node, stream="rtt-trimmed")).load()
+    got = df.orderBy("offset").collect()
+    assert [bytes(r["payload"]) for r in got] == kept[3:]
+    assert b"".join(bytes(r["payload"]) for r in got) == read_http(url)

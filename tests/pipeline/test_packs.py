@@ -268,3 +268,5 @@ def test_a_missing_pack_or_a_slice_the_pack_does_not_hold_is_an_error(file_packe
         read(group=99)
     with pytest.raises(ValueError, match="are not p/1's slice"):
         read(row=slice_a.row + 1, records=1)  # an index pointing one row off
+    with pytest.raises(ValueError, match="are not p/1's slice"):
+        read(records=slice_a.records + 1)  # an index overstating its rows: the next stream's would follow
