@@ -46,7 +46,16 @@ def split_frames(body: bytes) -> list[bytes]:
     return frames
 
 
+_UNSUPPORTED = ("producer-id", "producer-epoch", "producer-seq", "stream-seq", "stream-closed")
+
+
 async def append_batch(engine: Engine, call: Call, target: StreamTarget) -> Reply:
+    # Appending anyway, without the deduplication or closure they ask for, would be worse than refusing.
+    if any(name in call.headers for name in _UNSUPPORTED):
+        raise bad_request(
+            "append-batch takes no Producer-*, Stream-Seq or Stream-Closed headers: send those with a plain append",
+            "unsupported_header",
+        )
     frames = split_frames(await read_body(call, engine.limits.max_body_bytes, engine.body_budget))
     meta = engine.find(target.bucket, target.name)
     content_type = call.headers.get("content-type")

@@ -99,6 +99,9 @@ async def test_maximum_number_of_frames_is_accepted(client: httpx.AsyncClient, s
         (frames(b"x"), BINARY, 409, "content_type_mismatch"),
         (frames(b"x"), JSON_CT, 409, "content_type_mismatch"),
         (frames(b"x" * LIMIT), {}, 413, "payload_too_large"),
+        (frames(b"x"), {"producer-id": "p", "producer-epoch": "0", "producer-seq": "0"}, 400, "unsupported_header"),
+        (frames(b"x"), {"stream-seq": "5"}, 400, "unsupported_header"),
+        (frames(b"x"), {"stream-closed": "true"}, 400, "unsupported_header"),
     ],
 )
 async def test_rejected_batch_appends_nothing(
