@@ -16,7 +16,7 @@ from app.protocol.responses import NO_STORE
 from app.protocol.stream_snapshots import blob, digest_header
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
-from app.state_machine.reader import split_json_record
+from app.state_machine.reader import json_prefix, split_json_record
 
 
 async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
@@ -48,14 +48,15 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
             break
         for payload in chunk.payloads:
             # A part per message: a record of tiny JSON messages costs far more as parts than as
-            # bytes. A record that could pass the limit (counting a part per comma) waits for a
-            # plain read, even the first: the response stays within the limit whatever the records.
+            # bytes. A record that would pass the limit waits for a plain read, even the first: the
+            # response stays within the limit whatever the records.
             data = bytes(payload)
-            cost = len(data) + overhead * (data.count(b",") + 1 if meta.json else 1)
-            if cost > room:
+            if len(data) + overhead > room or (meta.json and not _parts_fit(data, (room - len(data)) // overhead)):
                 full = True
                 break
-            parts.extend((message_type, m) for m in (split_json_record(data) if meta.json else [data]))
+            messages = split_json_record(data) if meta.json else [data]
+            parts.extend((message_type, m) for m in messages)
+            cost = len(data) + overhead * len(messages)
             room -= cost
             pos += len(data)
     engine.renew(meta)  # a read, as any other: it renews a sliding TTL
@@ -66,6 +67,12 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
             headers["stream-closed"] = "true"
     headers["content-type"] = f"multipart/mixed; boundary={boundary}"
     return Reply(200, headers, multipart(boundary, parts))
+
+
+def _parts_fit(record: bytes, most: int) -> bool:
+    """Whether the JSON record holds at most `most` messages, found walking no more than `most` + 1 of
+    them: a comma count bounds it without a walk, but commas inside strings count too."""
+    return record.count(b",") < most or json_prefix(record, most + 1) is None
 
 
 def _head(boundary: str, content_type: str, length: int) -> bytes:

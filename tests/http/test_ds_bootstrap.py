@@ -132,6 +132,13 @@ async def test_bootstrap_parts_stay_within_the_limit_however_small_the_messages(
         assert boot.headers["stream-next-offset"] == (await c.head(wide)).headers["stream-earliest-offset"]
         assert len((await c.get(wide, params={"offset": boot.headers["stream-next-offset"]})).json()) == 100_000
 
+        commas = "/ds/boot-limit/commas"  # one message, its commas inside a string: one part, which fits
+        message = b'{"csv":"' + b"," * 1000 + b'"}'
+        assert (await c.put(commas, headers=JSON_CT, content=message)).status_code == 201
+        boot = await c.get(f"{commas}/bootstrap")
+        assert parse_multipart(boot)[1:] == [("application/json", message)]
+        assert boot.headers.get("stream-up-to-date") == "true"
+
 
 def test_bootstraps_and_snapshot_reads_renew_a_sliding_ttl(client: httpx.Client, path: str) -> None:
     """Reads renew a sliding TTL (README): a reader that only bootstraps, or fetches the snapshot,
