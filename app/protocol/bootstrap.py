@@ -40,7 +40,10 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     message_type = "application/json" if meta.json else meta.content_type
     boundary = "rill-" + secrets.token_hex(12)
     overhead = len(_head(boundary, message_type, 0)) + 20 + 2  # a part's head (any length), and its CRLF
-    room = engine.limits.bootstrap_max_bytes
+    # The snapshot's bytes aside, the response's own framing counts: the first part's head and CRLF,
+    # and the closing delimiter.
+    framing = len(_head(boundary, first[0], len(first[1]))) + 2 + len(_closing(boundary))
+    room = engine.limits.bootstrap_max_bytes - framing
     full = False
     while pos < meta.tail and not full and room > overhead:
         chunk = await engine.read(meta, pos, whole_records=True, max_bytes=room)
@@ -69,10 +72,20 @@ async def bootstrap(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     return Reply(200, headers, multipart(boundary, parts))
 
 
+WALK_AT_MOST = 4096  # messages: a walk costs about 2 µs each, on the event loop
+
+
 def _parts_fit(record: bytes, most: int) -> bool:
-    """Whether the JSON record holds at most `most` messages, found walking no more than `most` + 1 of
-    them: a comma count bounds it without a walk, but commas inside strings count too."""
-    return record.count(b",") < most or json_prefix(record, most + 1) is None
+    """Whether the JSON record holds at most `most` messages. A comma count bounds it without a walk,
+    but commas inside strings and objects count too: the messages are then walked, when there are
+    few enough to walk (else the record waits for a plain read, as one that does not fit)."""
+    if record.count(b",") < most:
+        return True
+    return most < WALK_AT_MOST and json_prefix(record, most + 1) is None
+
+
+def _closing(boundary: str) -> bytes:
+    return f"--{boundary}--\r\n".encode("latin-1")
 
 
 def _head(boundary: str, content_type: str, length: int) -> bytes:
@@ -83,5 +96,5 @@ def multipart(boundary: str, parts: list[tuple[str, bytes]]) -> bytes:
     out = []
     for content_type, body in parts:
         out += [_head(boundary, content_type, len(body)), body, b"\r\n"]
-    out.append(f"--{boundary}--\r\n".encode("latin-1"))
+    out.append(_closing(boundary))
     return b"".join(out)

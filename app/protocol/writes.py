@@ -21,7 +21,7 @@ from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
 from app.state_machine import streams as rules
-from app.state_machine.commands import Append, Code, CreateStream, DeleteStream
+from app.state_machine.commands import Append, Code, CreateStream, DeleteStream, Outcome
 from app.state_machine.reader import MAX_JSON_SUB_OFFSET
 from app.tiering.keys import check_storable
 
@@ -138,7 +138,12 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
         touched=engine.touched_at(target.bucket, target.name),
     )
     del body  # the engine drops the command's reference once the entry holds the bytes
-    if rules.append_refusal(engine.table, command, engine.now_ms()) is not None:  # the hot path checks once
+    refused = rules.append_refusal(engine.table, command, engine.now_ms(), duplicates=True)  # the hot path checks once
+    if refused is not None:
+        if refused.code is Code.DUPLICATE:
+            duplicate = await _duplicate(engine, command)
+            if duplicate is not None:
+                return Reply(204, write_headers(duplicate))
         await refuse_early(engine, lambda: rules.append_refusal(engine.table, command, engine.now_ms()))
     # After the refusals, which look only at whether there is a body: as in the reference server, a
     # missing or closed stream, or one of another content type, is answered so whatever the body holds.
@@ -147,6 +152,15 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     outcome = await engine.submit(command)
     raise_for(outcome)
     return Reply(200 if outcome.fresh_producer else 204, write_headers(outcome))
+
+
+async def _duplicate(engine: Engine, command: Append) -> Outcome | None:
+    """A producer's retry of an append already applied (so committed), confirmed after a read barrier,
+    is answered here as the apply would: it adds nothing, so nothing is proposed, and no quota or disk
+    check refuses it (a client told its stored append failed might send it again under a new seq)."""
+    await engine.read_barrier()
+    again = rules.append_refusal(engine.table, command, engine.now_ms(), duplicates=True)
+    return again if again is not None and again.code is Code.DUPLICATE else None
 
 
 async def delete(engine: Engine, target: StreamTarget) -> Reply:

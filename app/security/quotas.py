@@ -59,10 +59,6 @@ class Quotas:
             return None
         quota = self.limits(bucket)
         new_stream = isinstance(command, CreateStream) and self.machine.lookup(bucket, command.stream) is None
-        if isinstance(command, CreateStream) and not new_stream:
-            adds = 0  # the stream is there: the create is answered 200 or 409, and writes nothing
-        if isinstance(command, Append) and command.producer is not None and self.machine.is_duplicate(command, now_ms):
-            return None  # a producer's retry is answered as the duplicate it is, past the quota or not
         if isinstance(command, PublishSnapshot) and self._published(command):
             return None  # the same snapshot again adds nothing (another at that offset is refused)
         # An append with no byte quota needs no usage: the hot path stays a dictionary lookup.

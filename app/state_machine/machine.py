@@ -210,10 +210,6 @@ class StateMachine:
     def lookup(self, bucket: str, name: str) -> r.StreamMeta | None:
         return reader.lookup(self.table, bucket, name)
 
-    def is_duplicate(self, command: Append, now: int) -> bool:
-        """Whether an append is a producer's retry of one already applied (it adds nothing)."""
-        return streams.is_duplicate(self.table, command, now)
-
     def bucket_names(self, start: str = "") -> Iterator[str]:
         """The buckets' names from `start` on, in order: the store keeps them sorted (the built-in
         ones, which it does not hold, merged in), so a page of a listing costs what it holds."""

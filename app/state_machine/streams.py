@@ -137,9 +137,10 @@ def append(table: StreamTable, cmd: Append, now: int) -> Outcome:
     return outcome
 
 
-def append_refusal(table: StreamTable, cmd: Append, now: int) -> Outcome | None:
+def append_refusal(table: StreamTable, cmd: Append, now: int, duplicates: bool = False) -> Outcome | None:
     """The refusal `append` would answer `cmd` with, known from the applied state without changing
-    it; None when it may be accepted (or is a producer's duplicate, which the apply answers)."""
+    it; None when it may be accepted. A producer's duplicate is None too (the apply answers it),
+    unless `duplicates` asks for its outcome."""
     if cmd.bucket not in table.buckets:
         return Outcome(Code.BUCKET_NOT_FOUND)
     meta = present(table, cmd.bucket, cmd.stream, now, cmd.touched)
@@ -148,7 +149,7 @@ def append_refusal(table: StreamTable, cmd: Append, now: int) -> Outcome | None:
     if cmd.producer is not None:
         refused = refusal(table, meta, cmd.producer)
         if refused is not None:
-            return None if refused.code is Code.DUPLICATE else refused
+            return None if refused.code is Code.DUPLICATE and not duplicates else refused
     if meta.closed:
         return stream_outcome(Code.STREAM_CLOSED, meta, "stream is closed") if cmd.body else None
     if cmd.body:
@@ -158,17 +159,6 @@ def append_refusal(table: StreamTable, cmd: Append, now: int) -> Outcome | None:
         if cmd.stream_seq is not None and meta.stream_seq is not None and cmd.stream_seq <= meta.stream_seq:
             return stream_outcome(Code.SEQ_CONFLICT, meta, "Stream-Seq must increase")
     return None
-
-
-def is_duplicate(table: StreamTable, cmd: Append, now: int) -> bool:
-    """Whether `cmd` is a producer's retry of an append already applied: it adds nothing."""
-    if cmd.producer is None or cmd.bucket not in table.buckets:
-        return False
-    meta = present(table, cmd.bucket, cmd.stream, now, cmd.touched)
-    if isinstance(meta, Outcome):
-        return False
-    refused = refusal(table, meta, cmd.producer)
-    return refused is not None and refused.code is Code.DUPLICATE
 
 
 def delete_refusal(table: StreamTable, cmd: DeleteStream, now: int) -> Outcome | None:
