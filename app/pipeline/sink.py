@@ -7,13 +7,15 @@ task has sent to that stream. A retried task reads the same rows in the same ord
 partition's rows must come in a deterministic order) and sends the same (producer, epoch, seq)
 again: the server answers its repeats as duplicates instead of appending them twice. A batch job
 keeps epoch 0; a streaming query's epoch is its micro-batch id, which grows from batch to batch
-and is the same when a batch is replayed after a restart.
+and is the same when a batch is replayed after a restart. A batch write's producers name a new job
+each time, unless the option `job` names it: then a failed write run again appends nothing twice.
 
 JSON streams take each payload as one message (an array payload stays one message).
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,7 +28,8 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from app.domain.media import JSON, media_type
 from app.pipeline.hot import Server, ServerError, refused, stream_path
 
-SINK_OPTIONS = ("url", "token", "bucket", "stream")
+SINK_OPTIONS = ("url", "token", "bucket", "stream", "job")
+_JOB = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _SPARKS = ("checkpointlocation", "path")  # what Spark itself passes along with a query's options
 
 
@@ -35,6 +38,7 @@ class SinkOptions:
     server: Server
     bucket: str
     stream: str | None  # the target when rows have no `stream` column
+    job: str | None = None  # names a batch write's producers: the same job run again appends nothing twice
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -54,7 +58,10 @@ class SinkOptions:
             raise ValueError("the rill sink's 'stream' column must be a string")
         if "stream" not in names and not opts.get("stream"):
             raise ValueError("the rill sink needs option 'stream' or a 'stream' column")
-        return cls(Server(url, opts.get("token") or None), bucket, opts.get("stream"))
+        job = opts.get("job")
+        if job is not None and not _JOB.fullmatch(job):
+            raise ValueError(f"option 'job' is 1 to 64 of A-Z, a-z, 0-9 and '._-', not {job[:100]!r}")
+        return cls(Server(url, opts.get("token") or None), bucket, opts.get("stream"), job)
 
 
 @dataclass
@@ -122,7 +129,10 @@ def _partition() -> int:
 class RillWriter(sds.DataSourceWriter):
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
-        self.job = uuid.uuid4().hex[:16]  # made on the driver: every attempt of a task shares it
+        # Made on the driver, so every attempt of a task shares it; a job named by the option is the same
+        # when the write is run again, whose tasks then send the same producers and seqs (given the same
+        # rows in the same partitions and order).
+        self.job = f"job-{opts.job}" if opts.job is not None else uuid.uuid4().hex[:16]
 
     def write(self, iterator: Iterator[sds.Row]) -> Appended:
         producer = _Producer(self.opts, f"spark-{self.job}-{_partition()}", 0)

@@ -40,6 +40,18 @@ def test_a_batch_write_appends_each_row_once_and_a_retried_task_adds_nothing(spa
     assert read_http(f"{node.url}/ds/{BUCKET}/sink-c") == b"".join(p for _, p in first)
 
 
+def test_a_named_job_run_again_appends_nothing_twice(spark: Any, node: RillProcess) -> None:
+    """Each batch write used to name a new job, so a failed write run again appended its rows again."""
+    make_stream(node, "sink-job", [])
+    rows = [(f"row-{i};".encode(),) for i in range(30)]
+    df = spark.createDataFrame(rows, "payload BINARY").coalesce(1)
+    for _ in range(2):
+        df.write.format("rill").options(**sink_options(node, stream="sink-job", job="copy-1")).mode("append").save()
+    assert read_http(f"{node.url}/ds/{BUCKET}/sink-job") == b"".join(p for (p,) in rows)
+    df.write.format("rill").options(**sink_options(node, stream="sink-job", job="copy-2")).mode("append").save()
+    assert read_http(f"{node.url}/ds/{BUCKET}/sink-job") == b"".join(p for (p,) in rows) * 2  # another job
+
+
 def test_a_streaming_write_copies_a_json_stream_message_by_message(
     spark: Any, moto_s3: MotoS3, node: RillProcess, tmp_path: Any
 ) -> None:
@@ -71,6 +83,7 @@ def test_a_streaming_write_copies_a_json_stream_message_by_message(
         ({"url": "http://h", "bucket": "b"}, "payload BINARY", "needs option 'stream' or a 'stream' column"),
         ({"url": "http://h", "bucket": "b", "stream": "s"}, "body BINARY", "a 'payload' column"),
         ({"url": "http://h", "bucket": "b", "strem": "s"}, "payload BINARY", "unknown rill sink option"),
+        ({"url": "http://h", "bucket": "b", "stream": "s", "job": "a b"}, "payload BINARY", "option 'job'"),
     ],
 )
 def test_bad_sink_options_are_refused(options: dict[str, str], schema: str, message: str) -> None:
