@@ -137,9 +137,15 @@ async def refuse_early(
     """Raises the refusal the applied state gives, confirmed after a read barrier (a new leader may
     not have applied all it committed yet); returns when the request may be proposed. A request
     that will be refused makes no log entry for every replica to store and apply."""
-    if refusal() is None:
-        return
-    await engine.read_barrier()
-    refused = refusal()
+    refused = await confirmed(engine, refusal)
     if refused is not None:
         raise_(refused)
+
+
+async def confirmed(engine: Engine, check: Callable[[], Outcome | None]) -> Outcome | None:
+    """What `check` finds in the applied state, found again after a read barrier (a new leader may not
+    have applied all it committed yet); None as soon as it finds nothing."""
+    if check() is None:
+        return None
+    await engine.read_barrier()
+    return check()

@@ -16,7 +16,7 @@ from app.protocol.headers import (
     parse_ttl,
 )
 from app.protocol.http import Call, Reply, absolute_url
-from app.protocol.responses import raise_for, refuse_early, write_headers
+from app.protocol.responses import confirmed, raise_for, refuse_early, write_headers
 from app.protocol.retention import parse_retention
 from app.protocol.target import StreamTarget
 from app.service.engine import Engine
@@ -140,10 +140,13 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     del body  # the engine drops the command's reference once the entry holds the bytes
     refused = rules.append_refusal(engine.table, command, engine.now_ms(), duplicates=True)  # the hot path checks once
     if refused is not None:
-        if refused.code is Code.DUPLICATE:
-            duplicate = await _duplicate(engine, command)
-            if duplicate is not None:
-                return Reply(204, write_headers(duplicate))
+        # A producer's retry of an applied (so committed) append is answered here as the apply would:
+        # it adds nothing, so nothing is proposed, and no quota or disk check refuses it (a client told
+        # its stored append failed might send it again under a new seq).
+        if refused.code is Code.DUPLICATE and (
+            duplicate := await confirmed(engine, lambda: _duplicate(engine, command))
+        ):
+            return Reply(204, write_headers(duplicate))
         await refuse_early(engine, lambda: rules.append_refusal(engine.table, command, engine.now_ms()))
     # After the refusals, which look only at whether there is a body: as in the reference server, a
     # missing or closed stream, or one of another content type, is answered so whatever the body holds.
@@ -154,13 +157,9 @@ async def append(engine: Engine, call: Call, target: StreamTarget) -> Reply:
     return Reply(200 if outcome.fresh_producer else 204, write_headers(outcome))
 
 
-async def _duplicate(engine: Engine, command: Append) -> Outcome | None:
-    """A producer's retry of an append already applied (so committed), confirmed after a read barrier,
-    is answered here as the apply would: it adds nothing, so nothing is proposed, and no quota or disk
-    check refuses it (a client told its stored append failed might send it again under a new seq)."""
-    await engine.read_barrier()
-    again = rules.append_refusal(engine.table, command, engine.now_ms(), duplicates=True)
-    return again if again is not None and again.code is Code.DUPLICATE else None
+def _duplicate(engine: Engine, command: Append) -> Outcome | None:
+    found = rules.append_refusal(engine.table, command, engine.now_ms(), duplicates=True)
+    return found if found is not None and found.code is Code.DUPLICATE else None
 
 
 async def delete(engine: Engine, target: StreamTarget) -> Reply:
