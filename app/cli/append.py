@@ -11,7 +11,6 @@ first seq writes nothing twice. The new tail (Stream-Next-Offset) is printed at 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import stat
 import sys
@@ -20,6 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
+import msgspec
 from rich.console import Console
 from rich.filesize import decimal
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -177,6 +177,9 @@ def _lines(stdin: BinaryIO) -> Iterator[Batch]:
         yield line, 1
 
 
+_one_value = msgspec.json.Decoder(msgspec.Raw)
+
+
 def _json_batches(stdin: BinaryIO) -> Iterator[Batch]:
     """JSON arrays of the stdin lines (blank lines skipped), each line checked to be one JSON value."""
     batch: list[bytes] = []
@@ -187,8 +190,8 @@ def _json_batches(stdin: BinaryIO) -> Iterator[Batch]:
             skipped += 1
             continue
         try:
-            json.loads(item)
-        except ValueError as exc:
+            _one_value.decode(item)  # the server's strict parser: Python's also takes NaN and Infinity
+        except msgspec.DecodeError as exc:
             raise CliError(f"stdin line {number} is not JSON: {exc}") from None
         if batch and (len(batch) >= BATCH_LINES or size + len(item) + 1 > BATCH_BYTES):
             yield b"[" + b",".join(batch) + b"]", len(batch) + skipped

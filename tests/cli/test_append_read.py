@@ -68,6 +68,16 @@ def test_a_line_that_is_not_json_stops_with_its_number(bucket: str, capsysbinary
     assert code == 1 and err.startswith("rill: error: stdin line 2 is not JSON")
 
 
+@pytest.mark.parametrize("line", [b"NaN", b'{"x": Infinity}', b"-Infinity"])
+def test_a_value_only_python_takes_stops_with_its_line_number(bucket: str, capsysbinary: Capture, line: bytes) -> None:
+    # Python's parser takes NaN and Infinity; the server does not, and refused the whole batch of up
+    # to 1,000 lines with no line number.
+    url = _create(f"{bucket}/json-nan-{len(line)}", "application/json")
+    code, _, err = invoke(capsysbinary, "append", url, stdin=b'{"ok": 1}\n' + line + b"\n")
+    assert code == 1 and err.startswith("rill: error: stdin line 2 is not JSON"), err
+    assert invoke(capsysbinary, "read", url)[1] == b""  # nothing of the batch was sent
+
+
 def test_producer_retry_is_deduplicated(bucket: str, capsysbinary: Capture) -> None:
     url = _create(bucket + "/idempotent", "application/json")
     stdin = b'{"order": 1}\n{"order": 2}\n{"order": 3}\n'
