@@ -49,6 +49,7 @@ CHECKPOINT_RETRY_SECONDS = 1.0
 RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores again
 REFUSAL_LOG_SECONDS = 10.0
 READ_RETRY_SECONDS = 0.3  # a ReadIndex unanswered this long is asked again, then after twice as long
+LEADERLESS_READ_POLL = 0.05  # a read on a node that knows no leader asks again this often
 
 
 class RaftNode:
@@ -241,6 +242,12 @@ class RaftNode:
                 if loop.time() >= deadline:
                     raise
                 retry *= 2
+            except NotLeader:
+                # No leader known yet (a node just started, or an election is on), or the one asked has
+                # stepped down: an election takes well under the read's deadline, so wait for its end.
+                if loop.time() + LEADERLESS_READ_POLL >= deadline:
+                    raise
+                await asyncio.sleep(LEADERLESS_READ_POLL)
         if self.core.applied < index:
             async with asyncio.timeout_at(deadline):
                 await self._reads.until_applied(loop, index)

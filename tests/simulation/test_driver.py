@@ -15,6 +15,7 @@ import pytest
 
 from app.cluster import log_store
 from app.cluster.driver import RaftNode
+from app.cluster.driver_errors import NotLeader
 from app.cluster.driver_types import Send
 from app.cluster.log_store import LogStore
 from app.raft.messages import AppendEntries, AppendResponse, Entry, Message, ReadIndex, ReadIndexResponse
@@ -158,6 +159,51 @@ def test_a_proposal_given_up_as_leadership_is_lost_does_not_kill_the_driver() ->
         caller.cancel()
         await asyncio.sleep(0.01)
         assert not failed and not node.is_leader
+        await node.stop()
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        runner.run(scenario())
+
+
+def test_a_read_on_a_node_that_knows_no_leader_yet_waits_for_one() -> None:
+    # A node just started (or mid-election) answered a read 503 at once, though a leader was known to
+    # the others and would reach it within a heartbeat; the read now waits for one within its deadline.
+    async def scenario() -> None:
+        sent: list[Message] = []
+
+        async def send(messages: list[Message]) -> None:
+            sent.extend(messages)
+
+        node = _driver(3, [1, 2, 3], InstantDisk(), send)
+        await node.start()
+        read = asyncio.ensure_future(node.read_barrier(timeout=3.0))
+        await asyncio.sleep(0.3)
+        assert not read.done() and not [m for m in sent if isinstance(m, ReadIndex)]
+        node.receive(AppendEntries(1, 1, 3, 0, 0, [Entry(1, 1, b"")], 1))  # leader 1 is heard from
+        for _ in range(20):
+            await asyncio.sleep(0.05)
+            if asked := [m for m in sent if isinstance(m, ReadIndex)]:
+                break
+        assert asked and asked[-1].dst == 1
+        node.receive(ReadIndexResponse(1, 1, 3, asked[-1].ctx, 1))
+        await asyncio.wait_for(read, 1.0)
+        await node.stop()
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        runner.run(scenario())
+
+
+def test_a_read_with_no_leader_for_its_whole_deadline_fails() -> None:
+    async def scenario() -> None:
+        async def send(messages: list[Message]) -> None:
+            pass
+
+        node = _driver(3, [1, 2, 3], InstantDisk(), send)
+        await node.start()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(NotLeader):
+            await node.read_barrier(timeout=1.0)
+        assert 0.9 <= asyncio.get_running_loop().time() - started <= 1.0
         await node.stop()
 
     with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
