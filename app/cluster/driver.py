@@ -49,7 +49,7 @@ CHECKPOINT_RETRY_SECONDS = 1.0
 RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores again
 REFUSAL_LOG_SECONDS = 10.0
 READ_RETRY_SECONDS = 0.3  # a ReadIndex unanswered this long is asked again, then after twice as long
-LEADERLESS_READ_POLL = 0.05  # a read on a node that knows no leader asks again this often
+LEADERLESS_POLL = 0.05  # how often a request on a node that knows no leader looks again
 
 
 class RaftNode:
@@ -245,12 +245,18 @@ class RaftNode:
             except NotLeader:
                 # No leader known yet (a node just started, or an election is on), or the one asked has
                 # stepped down: an election takes well under the read's deadline, so wait for its end.
-                if loop.time() + LEADERLESS_READ_POLL >= deadline:
+                if loop.time() + LEADERLESS_POLL >= deadline:
                     raise
-                await asyncio.sleep(LEADERLESS_READ_POLL)
+                await asyncio.sleep(LEADERLESS_POLL)
         if self.core.applied < index:
             async with asyncio.timeout_at(deadline):
                 await self._reads.until_applied(loop, index)
+
+    async def until_leader_known(self, timeout: float = 3.0) -> None:
+        """Returns once this node knows a leader (itself or another), or after `timeout`."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not self.core.leader and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(LEADERLESS_POLL)
 
     def note_refused(self, peer: int, reason: str) -> None:
         """Counts a refused peer message (app/raft/validate.py), and logs it at most every 10 s per peer

@@ -89,7 +89,7 @@ class StreamRoutes:
         except ProtocolError as exc:
             await send_reply(send, render_error(exc), head_only=head_only)
             return
-        if engine.clustered and call.method in _WRITES and not engine.node.is_leader:
+        if engine.clustered and call.method in _WRITES and await engine.led_elsewhere():
             # Writes go to the leader; reads are served here (tail answers after a ReadIndex barrier).
             leader = engine.leader_url()
             route = engine.leader_route()
@@ -115,6 +115,7 @@ class StreamRoutes:
             else:
                 await serve_stream(engine, self.fanout, call, target, send)
         except LeaderOnly:
+            await engine.led_elsewhere()  # a leader known meanwhile is named, not "no leader"
             await send_reply(send, leader_redirect(engine.leader_url(), scope), head_only=head_only)
 
     async def _list_buckets(self, call: Call, send: Send) -> None:

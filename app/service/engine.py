@@ -336,6 +336,14 @@ class Engine:
     def clustered(self) -> bool:
         return len(self.peers) > 1
 
+    async def led_elsewhere(self) -> bool:
+        """Whether another node leads, once a node that knows no leader yet (it just started, or an
+        election is on) has waited a little for one: a write is then sent on, not refused 503 at once."""
+        if not self.clustered or self.node.is_leader:
+            return False
+        await self.node.until_leader_known()
+        return not self.node.is_leader
+
     def leader_url(self) -> str | None:
         """The leader's base URL when another node leads; None when unknown."""
         return self.peers.get(self.node.status().leader)

@@ -131,6 +131,22 @@ def test_a_ttl_stream_on_a_follower_is_served_by_the_leader(monkeypatch: pytest.
     asyncio.run(scenario())
 
 
+def test_a_write_on_a_node_that_knows_no_leader_waits_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node just started, or mid-election, answered a write 503 no_leader at once; it now waits a
+    # little for a leader to be known, then sends the write on.
+    async def scenario() -> None:
+        async with engine_on(FakeClock(), peers={1: "http://a", 2: "http://b"}) as engine:
+            monkeypatch.setattr(RaftNode, "is_leader", property(lambda node: False))
+            engine.node.core.leader = 0
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.3, setattr, engine.node.core, "leader", 2)
+            started = loop.time()
+            assert await engine.led_elsewhere()
+            assert 0.3 <= loop.time() - started < 1.0 and engine.leader_url() == "http://b"
+
+    asyncio.run(scenario())
+
+
 def test_the_expiry_sweep_removes_what_expired_and_looks_at_no_other_stream() -> None:
     clock = FakeClock()
 
