@@ -15,7 +15,7 @@ import asyncio
 
 from starlette.types import Send
 
-from app.domain.errors import ProtocolError
+from app.domain.errors import LeaderOnly, ProtocolError
 from app.domain.headers import SECURITY_HEADERS
 from app.protocol.cursor import next_cursor
 from app.protocol.fanout import DirectSink, Fanout, QueueSink, Release, Subscriber
@@ -81,7 +81,7 @@ async def _stream(
             if meta.sid != sid:
                 return
             chunk = await engine.read(meta, pos)
-        except ProtocolError:
+        except (ProtocolError, LeaderOnly):  # the response has started: end it, the client reconnects
             return
         at_tail = chunk.next_pos >= meta.tail
         closed = meta.closed and at_tail

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from app.domain.errors import LeaderOnly
 from app.protocol import fanout
+from app.service.engine import Engine
 from app.serving.cycle import EXTENSION
+from app.state_machine.records import StreamMeta
 from tests.inprocess import client_for, running_node
 
 pytestmark = pytest.mark.anyio
@@ -190,3 +193,29 @@ async def test_a_stream_whose_fan_out_fails_lets_its_readers_read_on_their_own(t
         for s in everyone:
             s.gone.set()
         await asyncio.wait_for(asyncio.gather(*(s.task for s in everyone)), 10)
+
+
+async def test_a_stream_moving_to_the_leader_only_mid_response_ends_it_cleanly(tmp_path: Path, monkeypatch) -> None:
+    # A leader stepping down mid-SSE on a TTL stream (served by the leader alone) raised LeaderOnly
+    # out of a response already started: the route then tried to answer a redirect on it.
+    async with running_node(tmp_path) as node, client_for(node) as client:
+        assert (await client.put("/v1/stream/l", headers=OCTET)).status_code == 201
+        sub = Subscription(node.app, "/v1/stream/l", None)
+        await asyncio.wait_for(sub.started.wait(), 10)
+        find = Engine.find
+
+        def leader_only(engine: Engine, bucket: str, name: str) -> StreamMeta:
+            if name == "l" and asyncio.current_task() is sub.task:
+                raise LeaderOnly()
+            return find(engine, bucket, name)
+
+        monkeypatch.setattr(Engine, "find", leader_only)
+
+        def failing(payload: bytes, binary: bool) -> bytes:
+            raise RuntimeError("the feed lets its readers go: they read on their own, and look the stream up")
+
+        monkeypatch.setattr(fanout, "data_event", failing)
+        assert (await client.post("/v1/stream/l", headers=OCTET, content=b"x")).status_code == 204
+        await asyncio.wait_for(sub.task, 10)
+        assert sub.sent[0]["status"] == 200
+        assert sub.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
