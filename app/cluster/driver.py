@@ -245,7 +245,7 @@ class RaftNode:
             except NotLeader:
                 # No leader known yet (a node just started, or an election is on), or the one asked has
                 # stepped down: an election takes well under the read's deadline, so wait for its end.
-                if loop.time() + LEADERLESS_POLL >= deadline:
+                if loop.time() + LEADERLESS_POLL >= deadline or not self._member:
                     raise
                 await asyncio.sleep(LEADERLESS_POLL)
         if self.core.applied < index:
@@ -253,10 +253,16 @@ class RaftNode:
                 await self._reads.until_applied(loop, index)
 
     async def until_leader_known(self, timeout: float = 3.0) -> None:
-        """Returns once this node knows a leader (itself or another), or after `timeout`."""
+        """Returns once this node knows a leader (itself or another), or after `timeout`; at once on a
+        node that is no member as far as it knows (removed, or joining and not caught up): a removed
+        one would wait for nothing, every time."""
         deadline = asyncio.get_running_loop().time() + timeout
-        while not self.core.leader and asyncio.get_running_loop().time() < deadline:
+        while not self.core.leader and self._member and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(LEADERLESS_POLL)
+
+    @property
+    def _member(self) -> bool:
+        return self.id in self.core.voters or self.id in self.core.learners
 
     def note_refused(self, peer: int, reason: str) -> None:
         """Counts a refused peer message (app/raft/validate.py), and logs it at most every 10 s per peer

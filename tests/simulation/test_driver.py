@@ -210,6 +210,27 @@ def test_a_read_with_no_leader_for_its_whole_deadline_fails() -> None:
         runner.run(scenario())
 
 
+def test_a_node_that_is_no_member_does_not_wait_for_a_leader() -> None:
+    # A node removed from the cluster hears from no leader again: each read and write held 3 s for nothing.
+    async def scenario() -> None:
+        async def send(messages: list[Message]) -> None:
+            pass
+
+        node = _driver(4, [1, 2, 3], InstantDisk(), send)
+        await node.start()
+        try:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(NotLeader):
+                await node.read_barrier(timeout=3.0)
+            await node.until_leader_known(timeout=3.0)
+            assert asyncio.get_running_loop().time() - started < 0.1
+        finally:
+            await node.stop()
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        runner.run(scenario())
+
+
 def test_a_follower_asks_again_when_its_read_index_goes_unanswered() -> None:
     # A ReadIndex lost on the way (a peer connection closed while idle) left the read waiting until
     # its deadline, then 503: the follower now asks again within the read's deadline.
