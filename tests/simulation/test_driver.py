@@ -101,11 +101,16 @@ class HeldDisk(Executor):
             fut.set_result(fn(*args))
 
 
-def _driver(node_id: int, voters: list[int], executor: Executor, send: Send | None = None) -> RaftNode:
-    """A driver on in-memory stores whose ticks never come (the test steps it)."""
+def _driver(
+    node_id: int, voters: list[int], executor: Executor, send: Send | None = None, inline_syncs: bool = False
+) -> RaftNode:
+    """A driver on in-memory stores whose ticks never come (the test steps it); its follower syncs go
+    through `executor` too unless `inline_syncs`."""
     log = LogStore(MemoryKV(log_store.COLUMN_FAMILIES))
     machine = StateMachine(MemoryKV(records.COLUMN_FAMILIES))
-    return RaftNode(node_id, voters, log, machine, send=send, tick_seconds=100, seed=1, executor=executor)
+    return RaftNode(
+        node_id, voters, log, machine, send=send, tick_seconds=100, seed=1, executor=executor, inline_syncs=inline_syncs
+    )
 
 
 class InstantDisk(HeldDisk):
@@ -113,6 +118,16 @@ class InstantDisk(HeldDisk):
         fut = super().submit(fn, *args)
         self.release()
         return fut
+
+
+class CountingDisk(InstantDisk):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.count += 1
+        return super().submit(fn, *args)
 
 
 def test_a_follower_acknowledges_only_what_it_has_synced() -> None:
@@ -138,6 +153,65 @@ def test_a_follower_acknowledges_only_what_it_has_synced() -> None:
         matches = [m.match_index for m in sent if isinstance(m, AppendResponse) and m.success]
         assert matches == [1, 1]
         disk.release()
+        await node.stop()
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        runner.run(scenario())
+
+
+def test_a_follower_with_a_quick_disk_syncs_and_acknowledges_before_it_applies() -> None:
+    # The leader's commit waits on this acknowledgement: it must not wait behind the thread hand-offs,
+    # nor behind applying what the same message committed.
+    async def scenario() -> None:
+        applied_when_sent: list[tuple[int, int]] = []
+        disk = HeldDisk()  # a sync handed to the persister would never finish
+
+        async def send(messages: list[Message]) -> None:
+            for m in messages:
+                if isinstance(m, AppendResponse) and m.success:
+                    applied_when_sent.append((m.match_index, node.core.applied))
+
+        node = _driver(2, [1, 2, 3], disk, send, inline_syncs=True)
+        await node.start()
+        node.receive(AppendEntries(1, 1, 2, 0, 0, [Entry(1, 1, b"")], 0))
+        await asyncio.sleep(0.01)
+        node.receive(AppendEntries(1, 1, 2, 1, 1, [Entry(1, 2, b"")], 1))  # entry 2, and 1 committed
+        await asyncio.sleep(0.01)
+        assert not disk.jobs
+        assert applied_when_sent == [(1, 0), (2, 0)]  # 2 acknowledged before 1 was applied
+        assert node.core.applied == 1
+        assert node.log_store.kv.get(log_store.LOG_CF, (2).to_bytes(8, "big")) is not None
+        await node.stop()
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        runner.run(scenario())
+
+
+def test_a_follower_whose_sync_was_slow_hands_the_next_to_the_persister_until_one_is_quick() -> None:
+    async def scenario() -> None:
+        acks: list[int] = []
+
+        async def send(messages: list[Message]) -> None:
+            acks.extend(m.match_index for m in messages if isinstance(m, AppendResponse) and m.success)
+
+        disk = CountingDisk()
+        node = _driver(2, [1, 2, 3], disk, send, inline_syncs=True)
+        save = node.log_store.save
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+
+        def slow_once(*args: Any) -> None:
+            loop.advance(0.05)  # the loop was held this long
+            node.log_store.save = save  # type: ignore[method-assign]
+            save(*args)
+
+        node.log_store.save = slow_once  # type: ignore[method-assign]
+        await node.start()
+        for index in (1, 2, 3):
+            node.receive(AppendEntries(1, 1, 2, index - 1, index - 1 and 1, [Entry(1, index, b"")], 0))
+            await asyncio.sleep(0.01)
+        assert acks == [1, 2, 3]
+        assert disk.count == 1  # 1 on the loop (slow), 2 on the persister (quick), 3 on the loop again
         await node.stop()
 
     with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
