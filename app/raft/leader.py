@@ -72,15 +72,23 @@ def _on_append_response(core: CoreState, msg: AppendResponse) -> None:
         maybe_commit(core)
     if msg.src == core.transferee and msg.match_index == core.log.last_index():
         _timeout_now(core, msg.src)
-    if progress.next <= core.log.last_index() and not progress.checkpointing:
-        send_append(core, msg.src)
+    send_entries(core, msg.src)
 
 
 def send_appends(core: CoreState) -> None:
     """Sends each peer the entries it has not been sent yet (none to a peer that has them all)."""
     for peer in core.tracker.peers():
-        if core.tracker.progress[peer].next <= core.log.last_index():
-            send_append(core, peer)
+        send_entries(core, peer)
+
+
+def send_entries(core: CoreState, peer: int) -> None:
+    """Sends `peer` the entries it has not been sent, as far as its window of unanswered messages
+    allows: the rest wait for an answer, and go together."""
+    progress = core.tracker.progress[peer]
+    while progress.next <= core.log.last_index() and not progress.full:
+        send_append(core, peer)
+        if progress.checkpointing:  # it got a probe: its entries come from the checkpoint
+            return
 
 
 def broadcast_append(core: CoreState) -> None:
@@ -99,11 +107,14 @@ def send_append(core: CoreState, peer: int) -> None:
         core.outbox.append(probe)
         return
     nxt = progress.next
-    entries = _within_budget(log.slice(nxt, min(log.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE)))
     prev_term = log.term_at(nxt - 1) or 0
+    if progress.full:  # a heartbeat: it follows what is in flight (a peer's messages keep their order)
+        core.outbox.append(AppendEntries(core.term, core.id, peer, nxt - 1, prev_term, [], core.commit, rnd))
+        return
+    entries = _within_budget(log.slice(nxt, min(log.last_index() + 1, nxt + MAX_ENTRIES_PER_MESSAGE)))
     core.outbox.append(AppendEntries(core.term, core.id, peer, nxt - 1, prev_term, entries, core.commit, rnd))
-    # Optimistic: pipeline the next batch without waiting for this one's answer.
-    progress.next = nxt + len(entries)
+    if entries:  # pipelined: the next batch goes without waiting for this one's answer, within the window
+        progress.sent(entries[-1].index)
 
 
 def _within_budget(entries: list[Entry]) -> list[Entry]:

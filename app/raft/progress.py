@@ -1,7 +1,10 @@
 """The configuration and what a leader knows of each peer (etcd's tracker): votes, progress, quorums.
 
 Replication to a peer is pipelined: `next` moves past what was sent without waiting for the answer,
-and a rejection moves it back one probe at a time until the logs agree. A peer that needs entries
+and a rejection moves it back one probe at a time until the logs agree. At most MAX_INFLIGHT messages
+with entries go unanswered: under load the entries proposed meanwhile wait and go in one message, so a
+busy leader sends fewer, larger ones (a heartbeat still goes; it follows them, as a peer's messages
+keep their order, and a lost one is found when the peer rejects the heartbeat). A peer that needs entries
 the leader has compacted away gets a checkpoint (the state machine's store) instead: until it has
 installed it, the peer gets only empty probes at the leader's checkpoint index, and rejections of
 those leave `next` alone.
@@ -9,10 +12,13 @@ those leave `next` alone.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.raft.messages import Membership
+
+MAX_INFLIGHT = 2  # AppendEntries with entries a peer may leave unanswered; newer entries wait and go together
 
 
 @dataclass
@@ -21,12 +27,23 @@ class Progress:
     match: int = 0  # the highest index known to be replicated
     checkpointing: bool = False  # a checkpoint is being streamed to the peer
     heard: int = -1  # the leader's clock (ticks) when this peer last sent it anything
+    inflight: deque[int] = field(default_factory=deque)  # the last index of each unanswered AppendEntries
+
+    @property
+    def full(self) -> bool:
+        return len(self.inflight) >= MAX_INFLIGHT
+
+    def sent(self, last: int) -> None:
+        self.inflight.append(last)
+        self.next = last + 1
 
     def acked(self, match: int, checkpoint_index: int) -> bool:
         """Takes a successful reply up to `match`; True when it moved `match` forward."""
         updated = match > self.match
         if updated:
             self.match = match
+        while self.inflight and self.inflight[0] <= match:
+            self.inflight.popleft()
         self.next = max(self.next, match + 1)
         if self.next > checkpoint_index:
             self.checkpointing = False  # caught up from a checkpoint: back to the log
@@ -37,6 +54,7 @@ class Progress:
         if self.checkpointing:
             return False
         self.next = max(1, min(self.next - 1, hint + 1))
+        self.inflight.clear()
         return True
 
     def needs_checkpoint(self, checkpoint_index: int) -> bool:
@@ -44,6 +62,7 @@ class Progress:
         if self.next > checkpoint_index or self.checkpointing:
             return False
         self.checkpointing = True
+        self.inflight.clear()
         return True
 
 
