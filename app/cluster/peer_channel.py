@@ -98,6 +98,11 @@ class Outbound:
         stalled = self._waiting_since is not None and time.monotonic() - self._waiting_since > allowed
         return not self._closed and not stalled and not self._writer.is_closing()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing written is still waiting for the socket to take it."""
+        return self._writer.transport.get_write_buffer_size() == 0
+
     def send(self, payload: Sequence[bytes | memoryview]) -> None:
         """Writes one frame (it goes out as the socket takes it; `drain` waits for that)."""
         if self._waiting_since is None:

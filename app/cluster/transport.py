@@ -66,6 +66,7 @@ REPLY_WAIT = 0.25  # seconds a receiver holds a response for its node's replies
 REQUEST_SECONDS = 2.0  # a request's answer is given up on after this, plus its size at the rate below
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 BATCH_BYTES = 4 * 1024 * 1024  # a request packs messages up to about this much; a bigger message goes alone
+SEND_NOW_BYTES = 64 * 1024  # a message written straight to an idle channel is at most this large
 WINDOW_SECONDS = 5.0  # a signature is accepted this long before and after the receiver's clock
 MAX_REMEMBERED = 500_000  # MACs held for replay detection (8 bytes each plus a set slot: tens of MB at most)
 BODY_SLACK = 8 * 1024 * 1024  # what a request may carry beyond its largest entry or record
@@ -254,6 +255,7 @@ class Transport:
                     self._tasks[pid] = asyncio.create_task(self._sender(pid))
 
     async def send(self, messages: list[Message]) -> None:
+        now: dict[int, list[Message]] = {}  # peers whose channel takes them at once
         for msg in messages:
             held = self._held.get(msg.dst)
             if held is not None and held.size + _size(msg) <= BATCH_BYTES:
@@ -262,11 +264,26 @@ class Transport:
             queue = self._queues.get(msg.dst)
             if queue is None:
                 continue
+            if not queue and (msg.dst in now or self._idle_channel(msg.dst)):
+                batch = now.setdefault(msg.dst, [])
+                if sum(map(_size, batch), _size(msg)) <= SEND_NOW_BYTES:
+                    batch.append(msg)
+                    continue
             queue.append(msg)
             self._bytes[msg.dst] += _size(msg)
             while self._bytes[msg.dst] > MAX_QUEUED_BYTES and len(queue) > 1:
                 self._bytes[msg.dst] -= _size(queue.popleft())
             self._ready[msg.dst].set()
+        for peer, batch in now.items():
+            if batch:
+                self._outbound[peer].send(wire.encode_pieces(batch))
+
+    def _idle_channel(self, peer: int) -> bool:
+        """Whether `peer`'s channel is open with nothing of this node's waiting to go out on it: a message
+        written now goes ahead of whatever else this loop iteration runs (the sender task would wait for
+        it: on a follower, for the apply of what the leader's message committed)."""
+        out = self._outbound.get(peer)
+        return out is not None and out.idle and out.is_open
 
     async def _sender(self, peer: int) -> None:
         url = self.peers[peer] + PATH
