@@ -77,6 +77,7 @@ class RaftNode:
         compact_keep: int | None = None,
         executor: Executor | None = None,
         inline_syncs: bool = True,
+        sync_clock: Callable[[], float] = time.perf_counter,
         unsafe_commit_alone: bool = False,
     ) -> None:
         self.id = node_id
@@ -102,9 +103,10 @@ class RaftNode:
         # One worker, so syncs and compactions run in order; a simulation passes its own.
         self._persister = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
         self._unsaved = Unsaved()  # ready to persist, waiting for the sync in flight
-        self._syncing: tuple[asyncio.Future[None], Unsaved] | None = None
+        self._syncing: tuple[asyncio.Future[float], Unsaved] | None = None
         self._inline_syncs = inline_syncs
-        self._last_sync = 0.0  # seconds the last sync took, seen from the loop
+        self._sync_clock = sync_clock  # a simulation's is virtual: its disk's delays are the persister's
+        self._last_sync = 0.0  # seconds the last sync's write took
         self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
         # A ReadIndex answer meant for an earlier run of this node must not answer this one's reads.
         self._reads = ReadWaits(first_ctx=random.Random(self._seed).getrandbits(48))
@@ -451,32 +453,33 @@ class RaftNode:
     async def _sync_here(self) -> None:
         """Syncs what is unsaved on the loop, then sends what waited for it (before any apply)."""
         batch, self._unsaved = self._unsaved, Unsaved()
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         with out_of_space():
-            self._save(batch.hard_state, batch.entries)
-        self._last_sync = loop.time() - started
+            self._last_sync = self._save(batch.hard_state, batch.entries)
         await self._persisted(batch)
 
     def _start_sync(self) -> None:
         if self._syncing is not None or not self._unsaved:
             return
         batch, self._unsaved = self._unsaved, Unsaved()
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        fut = loop.run_in_executor(self._persister, self._save, batch.hard_state, batch.entries)
-        fut.add_done_callback(lambda _: self._synced(loop.time() - started))
+        fut = asyncio.get_running_loop().run_in_executor(self._persister, self._save, batch.hard_state, batch.entries)
+        fut.add_done_callback(self._synced)
         self._syncing = (fut, batch)
 
-    def _synced(self, seconds: float) -> None:
-        self._last_sync = seconds
+    def _synced(self, fut: asyncio.Future[float]) -> None:
+        # The write's own time, not the hand-offs': a follower under load goes back to syncing on
+        # its loop as soon as its disk is quick again.
+        if not fut.cancelled() and fut.exception() is None:
+            self._last_sync = fut.result()
         self._wake.set()
 
-    def _save(self, hard_state: HardState | None, entries: list[Entry]) -> None:
-        """A sync (on the persister thread, or a follower's loop), timed: one thread adds, scrapes read."""
-        started = time.perf_counter()
+    def _save(self, hard_state: HardState | None, entries: list[Entry]) -> float:
+        """A sync (on the persister thread, or a follower's loop), timed for /metrics too (one thread
+        adds, scrapes read); returns the seconds it took."""
+        started = self._sync_clock()
         self.log_store.save(hard_state, entries)
-        self.fsync.observe(time.perf_counter() - started)
+        seconds = self._sync_clock() - started
+        self.fsync.observe(seconds)
+        return seconds
 
     async def _finish_sync(self) -> bool:
         if self._syncing is None or not self._syncing[0].done():

@@ -102,14 +102,28 @@ class HeldDisk(Executor):
 
 
 def _driver(
-    node_id: int, voters: list[int], executor: Executor, send: Send | None = None, inline_syncs: bool = False
+    node_id: int,
+    voters: list[int],
+    executor: Executor,
+    send: Send | None = None,
+    inline_syncs: bool = False,
+    sync_clock: Callable[[], float] = time.perf_counter,
 ) -> RaftNode:
     """A driver on in-memory stores whose ticks never come (the test steps it); its follower syncs go
     through `executor` too unless `inline_syncs`."""
     log = LogStore(MemoryKV(log_store.COLUMN_FAMILIES))
     machine = StateMachine(MemoryKV(records.COLUMN_FAMILIES))
     return RaftNode(
-        node_id, voters, log, machine, send=send, tick_seconds=100, seed=1, executor=executor, inline_syncs=inline_syncs
+        node_id,
+        voters,
+        log,
+        machine,
+        send=send,
+        tick_seconds=100,
+        seed=1,
+        executor=executor,
+        inline_syncs=inline_syncs,
+        sync_clock=sync_clock,
     )
 
 
@@ -195,13 +209,12 @@ def test_a_follower_whose_sync_was_slow_hands_the_next_to_the_persister_until_on
             acks.extend(m.match_index for m in messages if isinstance(m, AppendResponse) and m.success)
 
         disk = CountingDisk()
-        node = _driver(2, [1, 2, 3], disk, send, inline_syncs=True)
+        now = [0.0]
+        node = _driver(2, [1, 2, 3], disk, send, inline_syncs=True, sync_clock=lambda: now[0])
         save = node.log_store.save
-        loop = asyncio.get_running_loop()
-        assert isinstance(loop, VirtualTimeLoop)
 
         def slow_once(*args: Any) -> None:
-            loop.advance(0.05)  # the loop was held this long
+            now[0] += 0.05  # the loop was held this long
             node.log_store.save = save  # type: ignore[method-assign]
             save(*args)
 
@@ -212,6 +225,34 @@ def test_a_follower_whose_sync_was_slow_hands_the_next_to_the_persister_until_on
             await asyncio.sleep(0.01)
         assert acks == [1, 2, 3]
         assert disk.count == 1  # 1 on the loop (slow), 2 on the persister (quick), 3 on the loop again
+        await node.stop()
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        runner.run(scenario())
+
+
+def test_a_follower_goes_back_to_its_loop_once_a_write_is_quick_however_long_the_hand_off_took() -> None:
+    # Under load the persister's answer reaches the loop late: that wait is not the disk's.
+    async def scenario() -> None:
+        acks: list[int] = []
+
+        async def send(messages: list[Message]) -> None:
+            acks.extend(m.match_index for m in messages if isinstance(m, AppendResponse) and m.success)
+
+        disk = HeldDisk()
+        now = [0.0]
+        node = _driver(2, [1, 2, 3], disk, send, inline_syncs=True, sync_clock=lambda: now[0])
+        node._last_sync = 0.05  # the last write was slow
+        await node.start()
+        node.receive(AppendEntries(1, 1, 2, 0, 0, [Entry(1, 1, b"")], 0))
+        await asyncio.sleep(0.01)
+        assert len(disk.jobs) == 1 and acks == []
+        await asyncio.sleep(0.05)  # the hand-off back takes long; the write itself took no time
+        disk.release()
+        await asyncio.sleep(0.01)
+        node.receive(AppendEntries(1, 1, 2, 1, 1, [Entry(1, 2, b"")], 0))
+        await asyncio.sleep(0.01)
+        assert acks == [1, 2] and disk.jobs == []  # entry 2 was synced on the loop
         await node.stop()
 
     with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:

@@ -77,6 +77,7 @@ class Incarnation:
             # Half the runs sync a follower's log on its loop, the rest always on the persister
             # (the virtual disk's delays and the crashes armed around a sync strike only there).
             inline_syncs=(sim.seed + member.id + number) % 2 == 0,
+            sync_clock=asyncio.get_running_loop().time,  # virtual: a seed replays the same choices
         )
         self.raft.on_failure = self._failed
         self.spawn(self.raft.start())
