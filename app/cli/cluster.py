@@ -189,7 +189,7 @@ def _run_until_stopped(
     client = _client_options(token, args.tls_ca)
     console = Console()
     try:
-        if _wait_for_leader(list(urls.values()), client=client, stopped=lambda: _stopped(stop, processes)):
+        if _wait_until_up(list(urls.values()), client=client, stopped=lambda: _stopped(stop, processes)):
             print_status(list(urls.values()), console, client=client)
             who = "membership changes, and every bucket when auth is on"
             console.print(f"admin token ({who}): {token}", soft_wrap=True)
@@ -226,25 +226,28 @@ def _stopped(signals: set[signal.Signals], processes: list[subprocess.Popen[byte
     if signal.sigtimedwait(signals, 0) is not None:
         return True
     if exited:
-        raise SystemExit(f"node {exited[0][0]} exited with status {exited[0][1]} before a leader was elected")
+        raise SystemExit(f"node {exited[0][0]} exited with status {exited[0][1]} before the cluster was up")
     return False
 
 
-def _wait_for_leader(
+def _wait_until_up(
     urls: list[str],
     timeout: float = 30,
     client: dict[str, Any] | None = None,
     stopped: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """Whether a leader was elected; False if `stopped` said to give up first."""
+    """Whether every node answers and a leader was elected; False if `stopped` said to give up first.
+    Every node, not a majority: one that cannot start (its port taken) would otherwise go unnoticed
+    whenever the others elected a leader before it exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(h and h.get("role") == "leader" for h in (_health(url, client) for url in urls)):
+        health = [_health(url, client) for url in urls]
+        if all(health) and any(h and h.get("role") == "leader" for h in health):
             return True
         if stopped():
             return False
         time.sleep(0.1)
-    raise SystemExit("no leader was elected in time")
+    raise SystemExit("the cluster was not up in time (every node answering, a leader elected)")
 
 
 def _health(url: str, client: dict[str, Any] | None = None) -> dict[str, Any] | None:
