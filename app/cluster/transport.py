@@ -255,28 +255,29 @@ class Transport:
                     self._tasks[pid] = asyncio.create_task(self._sender(pid))
 
     async def send(self, messages: list[Message]) -> None:
-        now: dict[int, list[Message]] = {}  # peers whose channel takes them at once
+        now: dict[int, tuple[list[Message], int]] = {}  # peers whose channel takes them at once, and their size
         for msg in messages:
+            size = _size(msg)
             held = self._held.get(msg.dst)
-            if held is not None and held.size + _size(msg) <= BATCH_BYTES:
+            if held is not None and held.size + size <= BATCH_BYTES:
                 held.add(msg)
                 continue
             queue = self._queues.get(msg.dst)
             if queue is None:
                 continue
             if not queue and (msg.dst in now or self._idle_channel(msg.dst)):
-                batch = now.setdefault(msg.dst, [])
-                if sum(map(_size, batch), _size(msg)) <= SEND_NOW_BYTES:
+                batch, taken = now.get(msg.dst, ([], 0))
+                if taken + size <= SEND_NOW_BYTES:
                     batch.append(msg)
+                    now[msg.dst] = (batch, taken + size)
                     continue
             queue.append(msg)
-            self._bytes[msg.dst] += _size(msg)
+            self._bytes[msg.dst] += size
             while self._bytes[msg.dst] > MAX_QUEUED_BYTES and len(queue) > 1:
                 self._bytes[msg.dst] -= _size(queue.popleft())
             self._ready[msg.dst].set()
-        for peer, batch in now.items():
-            if batch:
-                self._outbound[peer].send(wire.encode_pieces(batch))
+        for peer, (batch, _) in now.items():
+            self._outbound[peer].send(wire.encode_pieces(batch))
 
     def _idle_channel(self, peer: int) -> bool:
         """Whether `peer`'s channel is open with nothing of this node's waiting to go out on it: a message
