@@ -1,20 +1,10 @@
 """The asyncio driver around the pure Raft core.
 
 It turns proposals into log entries, persists each Ready with one synced
-write (group commit: everything proposed while the previous sync ran goes
-into the next one), sends messages, applies committed entries through the
-state machine and resolves the waiting proposals with their results.
-
-At most one sync runs at a time, on a persister thread, and the loop keeps
-serving while it runs (the sync releases the GIL). Whatever becomes ready
-meanwhile is buffered and goes into the next sync as one batch. A Ready's
-messages are sent only once its sync is done: votes and acknowledgements
-must never outrun the disk.
-
-A follower whose disk is quick syncs on its loop instead, before it applies
-anything: the leader's commit waits on its acknowledgement, and the three
-hand-offs between threads (each behind whatever the loop is applying) took
-longer than the fsync itself.
+write (group commit, app/cluster/log_sync.py: everything proposed while the
+previous sync ran goes into the next one), sends messages, applies committed
+entries through the state machine and resolves the waiting proposals with
+their results.
 """
 
 from __future__ import annotations
@@ -30,13 +20,13 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from app.cluster.driver_errors import MembershipBusy, MembershipRefused, NotLeader, ProposalDropped
-from app.cluster.driver_types import CheckpointLink, Send, StateMachine, Status, Unsaved
+from app.cluster.driver_types import CheckpointLink, Send, StateMachine, Status
 from app.cluster.log_store import LogStore
+from app.cluster.log_sync import LogSync, Unsaved
 from app.cluster.proposals import Proposals
 from app.cluster.read_waits import ReadWaits
-from app.counters.histogram import Histogram
 from app.raft.core import CHANGE_IN_PROGRESS, RaftCore
-from app.raft.messages import AppendEntries, Entry, HardState, Membership, Message, encode
+from app.raft.messages import AppendEntries, Entry, Membership, Message, encode
 from app.raft.ready import Role
 from app.raft.validate import STALE_TERM
 from app.storage.disk import OutOfSpace, insufficient_storage, out_of_space
@@ -55,7 +45,6 @@ RECOVER_SECONDS = 1.0  # how often a node out of disk space tries its stores aga
 REFUSAL_LOG_SECONDS = 10.0
 READ_RETRY_SECONDS = 0.3  # a ReadIndex unanswered this long is asked again, then after twice as long
 LEADERLESS_POLL = 0.05  # how often a request on a node that knows no leader looks again
-INLINE_SYNC_SECONDS = 0.002  # a follower syncs on its loop while its last sync took at most this
 
 
 class RaftNode:
@@ -82,7 +71,11 @@ class RaftNode:
     ) -> None:
         self.id = node_id
         self._commit_alone = unsafe_commit_alone  # TEST ONLY: see RaftCore.commit_alone
-        self.log_store = log_store
+        self._wake = asyncio.Event()
+        # One worker, so syncs and compactions run in order; a simulation passes its own.
+        self._persister = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
+        self._log = LogSync(log_store, self._persister, self._wake.set, inline=inline_syncs, clock=sync_clock)
+        self.fsync = self._log.fsync  # for /metrics
         self.machine = machine
         self._send = send
         self.checkpoints = checkpoints
@@ -96,29 +89,24 @@ class RaftNode:
         self._full = False  # a store ran out of space: no writes until it takes them again
         self._proposals = Proposals()
         self._inbox: list[Message] = []
-        self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_compacted = log_store.compacted_index
         self._applied_bytes = 0  # payload bytes applied since the last compaction
-        # One worker, so syncs and compactions run in order; a simulation passes its own.
-        self._persister = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
-        self._unsaved = Unsaved()  # ready to persist, waiting for the sync in flight
-        self._syncing: tuple[asyncio.Future[float], Unsaved] | None = None
-        self._inline_syncs = inline_syncs
-        self._sync_clock = sync_clock  # a simulation's is virtual: its disk's delays are the persister's
-        self._last_sync = 0.0  # seconds the last sync's write took
         self._installs: list[tuple[int, int, int, int, asyncio.Future[bool]]] = []
         # A ReadIndex answer meant for an earlier run of this node must not answer this one's reads.
         self._reads = ReadWaits(first_ctx=random.Random(self._seed).getrandbits(48))
         self._sending: set[int] = set()  # peers a checkpoint is streaming to
         # For /metrics: read when scraped, never on the way of a proposal.
-        self.fsync = Histogram()
         self.leader_changes = 0
         self.checkpoint_installs = 0
         self.refused: Counter[tuple[int, str]] = Counter()  # (peer, why) -> peer messages refused
         self._refusals_logged: dict[tuple[int, str], float] = {}
         self._leader_seen = (0, 0)  # (term, leader)
         self.caught_up_at = 0.0  # monotonic time this node last had applied all it knew committed
+
+    @property
+    def log_store(self) -> LogStore:
+        return self._log.log_store
 
     def _load_core(self, voters: list[int], learners: list[int]) -> RaftCore:
         """The Raft core as the stores hold it (at startup, and after running out of disk space)."""
@@ -354,14 +342,11 @@ class RaftNode:
             if replicate:
                 rd.messages = [m for m in rd.messages if not isinstance(m, AppendEntries)]
                 await self._deliver(replicate)
-            if rd.hard_state is not None or rd.entries or self._unsaved:
-                self._unsaved.add(rd)
-                if self._syncs_here():
-                    await self._sync_here()
-            elif self._syncing is not None:
-                # An acknowledgement may cover entries still being synced: it waits for that sync.
-                self._syncing[1].messages.extend(rd.messages)
-            elif rd.messages:
+            if rd.hard_state is not None or rd.entries or self._log.unsaved:
+                self._log.unsaved.add(rd)
+                if self._log.syncs_here(self.is_leader):
+                    await self._persisted(self._log.sync_here())
+            elif not self._log.hold(rd.messages) and rd.messages:
                 await self._deliver(rd.messages)
             if rd.committed:
                 self._apply(rd.committed)
@@ -376,7 +361,7 @@ class RaftNode:
                 self._leader_seen = seen
                 self.leader_changes += 1
             synced = await self._finish_sync()
-            self._start_sync()
+            self._log.start()
             if not rd and not synced:
                 return
 
@@ -384,8 +369,8 @@ class RaftNode:
         """Installs a staged checkpoint once nothing is being persisted; False while it must wait."""
         await asyncio.get_running_loop().run_in_executor(self._persister, lambda: None)
         await self._finish_sync()
-        if self._syncing is not None or self._unsaved:
-            self._start_sync()
+        if self._log.busy:
+            self._log.start()
             return False
         term, leader, index, index_term, fut = self._installs.pop(0)
         if self.checkpoints is None or not self.core.can_install_checkpoint(term, index):
@@ -438,56 +423,10 @@ class RaftNode:
         if self.on_membership is not None and membership is not None:
             self.on_membership(membership)
 
-    def _syncs_here(self) -> bool:
-        """A leader serves requests while its log syncs, so it hands each sync to the persister; a
-        follower has nothing better to do than acknowledge, and syncs on its loop while its disk is
-        quick (a slow sync would hold its reads up: the next ones go to the persister until one is
-        quick again)."""
-        return (
-            self._inline_syncs
-            and self._syncing is None
-            and not self.is_leader
-            and self._last_sync <= INLINE_SYNC_SECONDS
-        )
-
-    async def _sync_here(self) -> None:
-        """Syncs what is unsaved on the loop, then sends what waited for it (before any apply)."""
-        batch, self._unsaved = self._unsaved, Unsaved()
-        with out_of_space():
-            self._last_sync = self._save(batch.hard_state, batch.entries)
-        await self._persisted(batch)
-
-    def _start_sync(self) -> None:
-        if self._syncing is not None or not self._unsaved:
-            return
-        batch, self._unsaved = self._unsaved, Unsaved()
-        fut = asyncio.get_running_loop().run_in_executor(self._persister, self._save, batch.hard_state, batch.entries)
-        fut.add_done_callback(self._synced)
-        self._syncing = (fut, batch)
-
-    def _synced(self, fut: asyncio.Future[float]) -> None:
-        # The write's own time, not the hand-offs': a follower under load goes back to syncing on
-        # its loop as soon as its disk is quick again.
-        if not fut.cancelled() and fut.exception() is None:
-            self._last_sync = fut.result()
-        self._wake.set()
-
-    def _save(self, hard_state: HardState | None, entries: list[Entry]) -> float:
-        """A sync (on the persister thread, or a follower's loop), timed for /metrics too (one thread
-        adds, scrapes read); returns the seconds it took."""
-        started = self._sync_clock()
-        self.log_store.save(hard_state, entries)
-        seconds = self._sync_clock() - started
-        self.fsync.observe(seconds)
-        return seconds
-
     async def _finish_sync(self) -> bool:
-        if self._syncing is None or not self._syncing[0].done():
+        batch = self._log.finished()
+        if batch is None:
             return False
-        fut, batch = self._syncing
-        self._syncing = None
-        with out_of_space():
-            fut.result()  # a failed sync stops the driver (out of space: until it can write): nothing is acknowledged
         await self._persisted(batch)
         return True
 
@@ -545,10 +484,9 @@ class RaftNode:
         """
         log.error("out of disk space (%s): no writes until the stores take them again", exc)
         self._full = True
-        if self._syncing is not None:
-            await asyncio.wait([self._syncing[0]])
-            with contextlib.suppress(OutOfSpace):
-                await self._finish_sync()
+        await self._log.settle()
+        with contextlib.suppress(OutOfSpace):
+            await self._finish_sync()
         await asyncio.get_running_loop().run_in_executor(self._persister, lambda: None)  # queued compactions
         synced = self.core.log.stable
         self._fail_waiting(synced)
@@ -559,12 +497,12 @@ class RaftNode:
         # A write whose sync failed may be in the store all the same: its proposals were answered
         # "not acknowledged", so it must not come back as synced when the log is loaded again.
         self.log_store.drop_after(synced)
-        self.log_store = LogStore(self.log_store.kv)
+        self._log.log_store = LogStore(self.log_store.kv)
         membership = self.machine.membership
         voters = sorted(membership.voters) if membership else self.core.voters
         learners = sorted(membership.learners) if membership else self.core.learners
         self.core = self._load_core(voters, learners)
-        self._unsaved, self._inbox = Unsaved(), []
+        self._log.unsaved, self._inbox = Unsaved(), []
         self._last_compacted, self._applied_bytes = self.log_store.compacted_index, 0
         if self.core.voters == [self.id]:
             self.core.campaign()

@@ -1,14 +1,14 @@
-"""What the Raft driver works with: the state machine and checkpoint link it is given, the Status
-it reports, and the Readys it merges while a sync is in flight."""
+"""What the Raft driver works with: the state machine and checkpoint link it is given, and the Status
+it reports."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.raft.messages import Entry, HardState, Membership, Message
-from app.raft.ready import Ready, Role
+from app.raft.messages import Entry, Membership, Message
+from app.raft.ready import Role
 from app.storage.kv import KV
 
 
@@ -51,24 +51,3 @@ class Status:
 
 
 Send = Callable[[list[Message]], Awaitable[None]]
-
-
-@dataclass
-class Unsaved:
-    """Readys waiting for the next sync, merged: latest hard state, entries in log order, messages."""
-
-    hard_state: HardState | None = None
-    entries: list[Entry] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
-
-    def add(self, rd: Ready) -> None:
-        if rd.hard_state is not None:
-            self.hard_state = rd.hard_state
-        if rd.entries:
-            first = rd.entries[0].index
-            # A later Ready may replace a suffix (a follower truncating a divergent tail).
-            self.entries = [e for e in self.entries if e.index < first] + rd.entries
-        self.messages += rd.messages
-
-    def __bool__(self) -> bool:
-        return self.hard_state is not None or bool(self.entries) or bool(self.messages)

@@ -242,7 +242,7 @@ def test_a_follower_goes_back_to_its_loop_once_a_write_is_quick_however_long_the
         disk = HeldDisk()
         now = [0.0]
         node = _driver(2, [1, 2, 3], disk, send, inline_syncs=True, sync_clock=lambda: now[0])
-        node._last_sync = 0.05  # the last write was slow
+        node._log._last_seconds = 0.05  # the last write was slow
         await node.start()
         node.receive(AppendEntries(1, 1, 2, 0, 0, [Entry(1, 1, b"")], 0))
         await asyncio.sleep(0.01)

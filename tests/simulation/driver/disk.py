@@ -153,5 +153,5 @@ class Persister(Executor):
 
 
 def _is_sync(fn: Callable[..., Any]) -> bool:
-    """A log sync: LogStore.save, or the driver's timed call of it (RaftNode._save)."""
-    return getattr(fn, "__name__", "") in ("save", "_save")
+    """A log sync: LogStore.save, or the driver's timed call of it (LogSync.save)."""
+    return getattr(fn, "__name__", "") == "save"
