@@ -74,7 +74,8 @@ class RaftNode:
         self._wake = asyncio.Event()
         # One worker, so syncs and compactions run in order; a simulation passes its own.
         self._persister = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-log")
-        self._log = LogSync(log_store, self._persister, self._wake.set, inline=inline_syncs, clock=sync_clock)
+        # `set` looked up when called: tests/cluster/test_driver_waiting.py replaces it on a live node.
+        self._log = LogSync(log_store, self._persister, lambda: self._wake.set(), inline=inline_syncs, clock=sync_clock)
         self.fsync = self._log.fsync  # for /metrics
         self.machine = machine
         self._send = send

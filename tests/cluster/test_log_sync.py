@@ -62,9 +62,10 @@ def test_what_becomes_ready_during_a_sync_goes_into_the_next_one_with_its_messag
             sync.unsaved.add(Ready(entries=[Entry(1, 2, b"y")]))
             sync.start()  # one sync at a time: this waits
             assert [e.index for e in sync.unsaved.entries] == [2]
-            while (batch := sync.finished()) is None:
-                await asyncio.sleep(0.001)
+            await sync.settle()
             assert wakes  # the driver is woken when the persister is done
+            batch = sync.finished()
+            assert batch is not None
             assert [e.index for e in batch.entries] == [1]
             assert batch.messages == [_ack(1), _ack(0)]
             assert sync.finished() is None  # given once
@@ -96,7 +97,6 @@ def test_a_follower_syncs_on_its_loop_until_a_sync_is_slow_and_a_leader_never_do
             sync.start()
             assert not sync.syncs_here(leader=False)  # never beside a sync in flight
             await sync.settle()
-            await asyncio.sleep(0)  # the done callback runs on the loop
             assert sync.finished() is not None
             assert sync.syncs_here(leader=False)  # a quick write brings syncs back to the loop
 
