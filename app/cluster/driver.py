@@ -498,12 +498,12 @@ class RaftNode:
         # A write whose sync failed may be in the store all the same: its proposals were answered
         # "not acknowledged", so it must not come back as synced when the log is loaded again.
         self.log_store.drop_after(synced)
-        self._log.log_store = LogStore(self.log_store.kv)
+        self._log.reset(LogStore(self.log_store.kv))
         membership = self.machine.membership
         voters = sorted(membership.voters) if membership else self.core.voters
         learners = sorted(membership.learners) if membership else self.core.learners
         self.core = self._load_core(voters, learners)
-        self._log.unsaved, self._inbox = Unsaved(), []
+        self._inbox = []
         self._last_compacted, self._applied_bytes = self.log_store.compacted_index, 0
         if self.core.voters == [self.id]:
             self.core.campaign()

@@ -70,10 +70,6 @@ class LogSync:
         self.fsync = Histogram()  # for /metrics: one thread adds, scrapes read
 
     @property
-    def in_flight(self) -> bool:
-        return self._syncing is not None
-
-    @property
     def busy(self) -> bool:
         """Whether anything is being synced or waits to be."""
         return self._syncing is not None or bool(self.unsaved)
@@ -122,6 +118,10 @@ class LogSync:
         """Waits for the sync in flight to end, whether or not it succeeds."""
         if self._syncing is not None:
             await asyncio.wait([self._syncing[0]])
+
+    def reset(self, log_store: LogStore) -> None:
+        """Starts over on `log_store` (reopened after a full disk), dropping what was not synced."""
+        self.log_store, self.unsaved = log_store, Unsaved()
 
     def save(self, hard_state: HardState | None, entries: list[Entry]) -> float:
         """One synced write (on the persister thread, or a follower's loop); the seconds it took."""
